@@ -1,0 +1,22 @@
+"""Registers every pack directory beside this file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import hookimpl
+from harness.config import PACK_FILE_NAMES
+from harness.registry import CompetitionSpec
+
+HERE = Path(__file__).resolve().parent
+
+
+@hookimpl
+def harness_register_competitions() -> list[CompetitionSpec]:
+    packs = []
+    for directory in sorted(p for p in HERE.iterdir() if p.is_dir()):
+        for name in PACK_FILE_NAMES:
+            if (directory / name).is_file():
+                packs.append(CompetitionSpec(directory.name, directory / name))
+                break
+    return packs

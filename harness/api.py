@@ -1,0 +1,283 @@
+"""PARL's three layers as small typed interfaces, plus the backend interface they run on.
+
+* **Model** - the network. Built through a :class:`Backend` (``backend.mlp(...)``), so the same
+  algorithm file serves every framework.
+* **Algorithm** - the loss and the update: tensors in, metrics out.
+* **Agent** - numpy in, numpy out, and the data flow outside the algorithm (exploration,
+  replay or rollout storage, when to update). ``sample`` / ``predict`` / ``observe`` / ``learn``
+  / ``save`` / ``restore``. Actors only call ``sample``; learners call ``observe`` and ``learn``.
+
+The :class:`Backend` protocol is the whole framework surface an algorithm may touch: tensor
+creation, a handful of ops, distributions, optimisers, weight copies and state. Tensors support
+Python arithmetic and indexing in every framework harness targets (torch, paddle); anything whose
+spelling differs between frameworks (``gather``, ``clip``, reductions with an axis) is a backend
+method. See docs/architecture.md for how a second backend plugs in.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+Tensor = Any
+"""A framework tensor (``torch.Tensor``, ``paddle.Tensor``). Algorithms never inspect its type."""
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    """A framework-neutral view of a gymnasium space (only what algorithms need)."""
+
+    kind: Literal["discrete", "box"]
+    shape: tuple[int, ...]
+    dtype: str
+    n: int = 0
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+
+    @property
+    def flat_dim(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What an agent is told about its environment."""
+
+    env_id: str
+    observation: SpaceInfo
+    action: SpaceInfo
+    num_envs: int
+
+
+class Transition(NamedTuple):
+    """One vector step. ``next_obs`` holds the true final observation where an episode ended
+    (not the reset observation), so truncated episodes can be bootstrapped."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    extras: Mapping[str, np.ndarray]
+
+
+@runtime_checkable
+class Distribution(Protocol):
+    """An action distribution over a batch."""
+
+    def sample(self) -> Tensor: ...
+    def log_prob(self, actions: Tensor) -> Tensor: ...
+    def entropy(self) -> Tensor: ...
+    def mode(self) -> Tensor: ...
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A network: call it on a tensor batch. Its parameters live behind the backend."""
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+
+class Backend(Protocol):
+    """Everything framework-specific an algorithm needs. Implemented by backend plugins."""
+
+    name: str
+    device: str
+
+    # --- models -----------------------------------------------------------------------------
+    def mlp(
+        self,
+        in_dim: int,
+        hidden: Sequence[int],
+        out_dim: int,
+        *,
+        activation: str = "tanh",
+        out_gain: float = 1.0,
+        activate_output: bool = False,
+    ) -> Model:
+        """A fully connected network with orthogonal init; ``out_gain`` scales the last layer;
+        ``activate_output`` applies the activation after it too (a feature trunk)."""
+        ...
+
+    def group(self, **models: Model) -> Any:
+        """Bundle sub-networks into one object whose parameters optimise/save together."""
+        ...
+
+    # --- tensors ----------------------------------------------------------------------------
+    def tensor(self, x: np.ndarray | float, dtype: str = "float32") -> Tensor: ...
+    def numpy(self, x: Tensor) -> np.ndarray: ...
+    def no_grad(self) -> AbstractContextManager[Any]: ...
+    def gather(self, x: Tensor, index: Tensor) -> Tensor:
+        """``x[i, index[i]]`` along the last axis (Q(s, a) from Q(s, .))."""
+        ...
+
+    def clip(self, x: Tensor, low: float, high: float) -> Tensor: ...
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor: ...
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor: ...
+    def exp(self, x: Tensor) -> Tensor: ...
+    def mean(self, x: Tensor, axis: int | None = None) -> Tensor: ...
+    def sum(self, x: Tensor, axis: int | None = None) -> Tensor: ...
+    def max(self, x: Tensor, axis: int) -> Tensor: ...
+    def argmax(self, x: Tensor, axis: int) -> Tensor: ...
+    def mse(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise squared error (reduce with ``mean``; lets PER weight each sample)."""
+        ...
+
+    def smooth_l1(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise Huber loss with delta 1."""
+        ...
+
+    def item(self, x: Tensor) -> float: ...
+
+    # --- distributions ----------------------------------------------------------------------
+    def categorical(self, logits: Tensor) -> Distribution: ...
+    def normal(self, mean: Tensor, log_std: Tensor) -> Distribution: ...
+    def parameter(self, value: np.ndarray) -> Any:
+        """A free trainable tensor (e.g. a state-independent log-std)."""
+        ...
+
+    # --- training ---------------------------------------------------------------------------
+    def optimizer(self, *models: Any, lr: float, eps: float = 1e-8) -> Any:
+        """Adam over every parameter of ``models`` (Models, groups or parameters)."""
+        ...
+
+    def update(self, optimizer: Any, loss: Tensor, *, max_grad_norm: float | None = None) -> float:
+        """Backward, optional global-norm clipping, step; returns the pre-clip grad norm."""
+        ...
+
+    def set_lr(self, optimizer: Any, lr: float) -> None: ...
+    def copy_weights(self, target: Any, source: Any, tau: float = 1.0) -> None:
+        """``target <- tau * source + (1 - tau) * target`` (tau=1: hard copy)."""
+        ...
+
+    # --- state ------------------------------------------------------------------------------
+    def get_weights(self, model: Any) -> dict[str, np.ndarray]:
+        """Numpy copies of every parameter/buffer, for broadcast to actors."""
+        ...
+
+    def set_weights(self, model: Any, weights: Mapping[str, np.ndarray]) -> None: ...
+    def state(self, obj: Any) -> Any:
+        """A model's or optimiser's full state (backend-native, for checkpoints)."""
+        ...
+
+    def load_state(self, obj: Any, state: Any) -> None: ...
+    def save(self, payload: Mapping[str, Any], path: Path) -> None: ...
+    def load(self, path: Path) -> dict[str, Any]: ...
+    def seed(self, seed: int) -> None: ...
+    def rng_state(self) -> Any: ...
+    def set_rng_state(self, state: Any) -> None: ...
+
+
+class Algorithm(abc.ABC):
+    """Loss and update. Holds the model(s) and optimiser(s); knows nothing about envs."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @abc.abstractmethod
+    def learn(self, batch: Any) -> dict[str, float]:
+        """One update from ``batch``; returns namespaced metrics (``losses/...``)."""
+
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Backend-native state of every model and optimiser, for checkpoints."""
+
+    @abc.abstractmethod
+    def load_state(self, state: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        """The weights actors need to act, as numpy (broadcast by version)."""
+
+    @abc.abstractmethod
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None: ...
+
+
+class Agent(abc.ABC):
+    """Numpy in, numpy out; the data flow around an :class:`Algorithm`.
+
+    ``rollout_len`` is the number of vector steps between two ``learn`` calls: one iteration.
+    """
+
+    name: str = "agent"
+    rollout_len: int = 1
+
+    def __init__(self, algorithm: Algorithm, env_info: EnvInfo, config: Any) -> None:
+        self.algorithm = algorithm
+        self.backend = algorithm.backend
+        self.env_info = env_info
+        self.config = config
+
+    @abc.abstractmethod
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Exploratory actions for a batch of observations, plus per-step extras
+        (``log_prob``, ``value``) that ``observe`` will receive back."""
+
+    @abc.abstractmethod
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy actions for evaluation."""
+
+    @abc.abstractmethod
+    def observe(self, transition: Transition) -> None:
+        """Take one vector step of experience (into replay or the rollout buffer)."""
+
+    @abc.abstractmethod
+    def learn(self) -> dict[str, float]:
+        """Update if enough data is there; namespaced metrics (empty when nothing happened)."""
+
+    def data_state(self) -> dict[str, np.ndarray]:
+        """Numpy state that must survive a resume (replay, rollout position, RNG)."""
+        return {}
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:  # noqa: B027 - optional
+        """Restore what :meth:`data_state` returned."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """Small picklable counters (schedules, update counts)."""
+        return {}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Restore what :meth:`extra_state` returned."""
+
+    # Saving is the same for every agent: models/optimisers through the backend, bulk numpy
+    # data as .npz (no pickle), counters alongside. Callers make it atomic (harness.checkpoint).
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "algorithm": self.algorithm.state(),
+            "extra": self.extra_state(),
+            "rng": self.backend.rng_state(),
+        }
+        self.backend.save(payload, directory / f"agent.{self.backend.name}")
+        data = self.data_state()
+        if data:
+            np.savez(directory / "data.npz", **data)  # type: ignore[arg-type]
+
+    def restore(self, directory: Path, *, with_data: bool = True) -> None:
+        payload = self.backend.load(directory / f"agent.{self.backend.name}")
+        self.algorithm.load_state(payload["algorithm"])
+        self.load_extra_state(payload.get("extra", {}))
+        self.backend.set_rng_state(payload["rng"])
+        data_file = directory / "data.npz"
+        if with_data and data_file.exists():
+            with np.load(data_file, allow_pickle=False) as data:
+                self.load_data_state({k: data[k] for k in data.files})
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.algorithm.policy_weights()
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.algorithm.set_policy_weights(weights)
+
+
+def schedule_value(start: float, end: float, progress: float, span: float = 1.0) -> float:
+    """Linear interpolation from ``start`` to ``end`` over the first ``span`` of progress."""
+    frac = min(max(progress / span, 0.0), 1.0) if span > 0 else 1.0
+    return start + frac * (end - start)

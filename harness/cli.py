@@ -1,0 +1,378 @@
+"""The ``harness`` command: run | eval | plugins.
+
+This module is the presentation layer: it parses arguments, builds a plugin manager, prints
+(rich) and maps :class:`harness.errors.HarnessError` to a one-paragraph message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.config import (
+    RawConfig,
+    RunConfig,
+    describe,
+    find_pack_file,
+    layer,
+    parse_override,
+    resolve,
+)
+from harness.errors import ConfigError, HarnessError
+from harness.hookspecs import hookimpl
+from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
+from harness.registry import Registry
+
+log = logging.getLogger("harness")
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG
+        if args.verbose > 1
+        else logging.INFO
+        if args.verbose
+        else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result: int = args.func(args)
+        return result
+    except HarnessError as exc:
+        if args.debug:
+            raise
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("harness: interrupted; resume with --resume RUN_DIR", file=sys.stderr)
+        return 130
+
+
+# ------------------------------------------------------------------------------------------
+# Argument parsing
+
+
+def _help_epilog() -> str:
+    lines = ["run options ([run] section of a pack file, or --set KEY=VALUE):"]
+    lines += _rows(describe(RunConfig))
+    try:
+        _, registry = _load_plugins([], [])
+    except HarnessError:
+        return "\n".join(lines)
+    for name, spec in registry.algorithms.items():
+        lines += ["", f"algorithm {name!r} options ([algo] section, --set algo.KEY=VALUE):"]
+        lines += _rows(describe(spec.config_cls, "algo."))
+    for name, bspec in registry.backends.items():
+        if bspec.config_cls is not None:
+            lines += ["", f"backend {name!r} options ([backend] section):"]
+            lines += _rows(describe(bspec.config_cls, "backend."))
+    for name, espec in registry.envs.items():
+        if espec.config_cls is not None:
+            lines += ["", f"env family {name!r} options ([env] section):"]
+            lines += _rows(describe(espec.config_cls, "env."))
+    lines += [
+        "",
+        "precedence: defaults < HARNESS_BACKEND < pack file < --config files < --set",
+    ]
+    return "\n".join(lines)
+
+
+def _rows(rows: list[tuple[str, str, str]]) -> list[str]:
+    out = []
+    for key, default, doc in rows:
+        out.append(f"  {key} = {default}")
+        out += textwrap.wrap(doc, 92, initial_indent="      ", subsequent_indent="      ")
+    return out
+
+
+class _LazyEpilogParser(argparse.ArgumentParser):
+    """Builds the long config listing only when --help is printed."""
+
+    def format_help(self) -> str:
+        if self.epilog is None:
+            self.epilog = _help_epilog()
+        return super().format_help()
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-p",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="load plugin NAME (an entry point or module) even with autoloading off; "
+        "-p no:NAME blocks plugin NAME",
+    )
+    common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="A plugin-based harness for (distributed) reinforcement learning.",
+        parents=[common],
+        epilog="Plugins: HARNESS_DISABLE_PLUGIN_AUTOLOAD=1 disables entry-point loading, "
+        "HARNESS_TRACE=1 logs every hook call (with -v).",
+    )
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
+
+    run = sub.add_parser(
+        "run",
+        parents=[common],
+        help="train a pack",
+        description="Train a competition pack or config file. PACK is a pack directory "
+        "(e.g. competitions/cartpole), a .toml/.yaml file, or a registered competition name.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.__class__ = _LazyEpilogParser
+    run.epilog = None
+    run.add_argument("pack", nargs="?", help="pack directory, pack file or competition name")
+    run.add_argument("--steps", type=int, help="total env steps (run.total_steps)")
+    run.add_argument("--seed", type=int, help="seed (run.seed)")
+    run.add_argument("--out", help="parent directory for run directories (run.out)")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)",
+    )
+    run.add_argument(
+        "--config",
+        dest="configs",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a user config file layered over the pack (repeatable)",
+    )
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.set_defaults(func=cmd_run)
+
+    ev = sub.add_parser("eval", parents=[common], help="evaluate a checkpoint greedily")
+    ev.add_argument("checkpoint", help="a run directory or a checkpoint directory inside it")
+    ev.add_argument("--episodes", type=int, default=20, help="episodes to run (default 20)")
+    ev.add_argument("--seed", type=int, default=12345, help="env seed for evaluation")
+    ev.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override the checkpoint's config (e.g. --set backend.device=cpu)",
+    )
+    ev.set_defaults(func=cmd_eval)
+
+    pl = sub.add_parser("plugins", parents=[common], help="list plugins and what they register")
+    pl.set_defaults(func=cmd_plugins)
+    return parser
+
+
+def _plugin_flags(values: Sequence[str]) -> tuple[list[str], list[str]]:
+    blocked = [v[3:] for v in values if v.startswith("no:")]
+    load = [v for v in values if not v.startswith("no:")]
+    return blocked, load
+
+
+def _load_plugins(
+    blocked: Sequence[str], load: Sequence[str]
+) -> tuple[HarnessPluginManager, Registry]:
+    pm = make_plugin_manager(blocked=blocked, load=load)
+    for name, error in pm.broken.items():
+        print(
+            f"harness: warning: plugin {name!r} failed to load and was skipped: {error}",
+            file=sys.stderr,
+        )
+    registry = collect_registry(pm)
+    for name, error in pm.broken.items():
+        if name not in pm.infos:
+            log.debug("broken plugin %s: %s", name, error)
+    return pm, registry
+
+
+# ------------------------------------------------------------------------------------------
+# Commands
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.runtime import train
+
+    pm, registry = _load_plugins(*_plugin_flags(args.plugins))
+    resume = Path(args.resume) if args.resume else None
+    if args.pack is None and resume is None:
+        raise ConfigError(
+            "harness run needs a PACK (e.g. competitions/cartpole) or --resume RUN_DIR."
+        )
+    if args.pack is not None:
+        pack_file = _pack_file(args.pack, registry)
+    else:
+        assert resume is not None
+        pack_file = resume / "config.toml"
+        if not pack_file.is_file():
+            raise ConfigError(
+                f"--resume {resume}: no config.toml there; is it a harness run directory?"
+            )
+    overrides = list(args.overrides)
+    for flag, key in ((args.steps, "total_steps"), (args.seed, "seed"), (args.out, "out")):
+        if flag is not None:
+            overrides.insert(0, f"run.{key}={_toml_literal(flag)}")
+    if args.no_progress:
+        overrides.insert(0, "run.progress=false")
+    raw = layer(pack_file, [Path(c) for c in args.configs], overrides)
+    config = resolve(raw, registry)
+    if config.run.progress and sys.stderr.isatty():
+        pm.register(ProgressReporter(config.run.total_steps), name="progress")
+    result = train(config, registry, pm, resume=resume)
+    _print_summary(result.as_dict())
+    return 0
+
+
+def _pack_file(pack: str, registry: Registry) -> Path:
+    if not os.path.exists(pack) and pack in registry.competitions:
+        return registry.competitions.get(pack).pack_file
+    if not os.path.exists(pack) and os.sep not in pack and registry.competitions:
+        from harness.errors import did_you_mean
+
+        hint = did_you_mean(pack, registry.competitions)
+        raise ConfigError(f"Pack {pack!r} is neither a path nor a registered competition.{hint}")
+    return find_pack_file(pack)
+
+
+def _toml_literal(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from harness.checkpoint import latest_checkpoint, read_meta
+    from harness.runtime.run import check_compatible, evaluate, make_agent, make_envs
+    from harness.runtime.spaces import env_info
+
+    _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
+    ckpt = latest_checkpoint(Path(args.checkpoint))
+    meta = read_meta(ckpt)
+    if "config" not in meta:
+        raise ConfigError(f"{ckpt}: meta.json has no config; it was not written by harness run.")
+    raw = RawConfig()
+    raw.merge(meta["config"], str(ckpt / "meta.json"), for_algo=meta.get("algo"))
+    for text in args.overrides:
+        section, key, value = parse_override(text)
+        raw.merge({section: {key: value}}, f"--set {text}")
+    check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
+    config = resolve(raw, registry)
+    probe = make_envs(config, registry, 1, seed=None)
+    try:
+        info = env_info(config.run.env, probe)
+    finally:
+        probe.close()
+    agent = make_agent(config, registry, info)
+    agent.restore(ckpt, with_data=False)
+    result = evaluate(agent, config, registry, args.episodes, seed=args.seed)
+    print(
+        f"{config.run.algo} on {config.run.env} from {ckpt}: mean return {result.mean:.2f} "
+        f"+/- {result.std:.2f} over {len(result.returns)} episodes "
+        f"(mean length {sum(result.lengths) / max(1, len(result.lengths)):.1f})"
+    )
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    pm, _registry = _load_plugins(*_plugin_flags(args.plugins))
+    table = Table(title="harness plugins", show_lines=False)
+    for column in ("plugin", "distribution", "version", "module", "registers"):
+        table.add_column(column)
+    for name, info in sorted(pm.infos.items()):
+        registers = "; ".join(
+            f"{kind}: {', '.join(names)}" for kind, names in info.registers.items()
+        )
+        table.add_row(
+            name, info.distribution or "-", info.version or "-", info.module, registers or "-"
+        )
+    console = Console(width=160)
+    console.print(table)
+    for name, error in sorted(pm.broken.items()):
+        console.print(f"[red]broken[/red] {name}: {error}", markup=True, highlight=False)
+    blocked = sorted(n for n in pm.get_plugins() if False)  # placeholder for symmetry
+    del blocked
+    return 0
+
+
+def _print_summary(summary: Mapping[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="run summary", show_header=False)
+    for key, value in summary.items():
+        shown = f"{value:.2f}" if isinstance(value, float) and math.isfinite(value) else str(value)
+        table.add_row(key, shown)
+    Console().print(table)
+
+
+# ------------------------------------------------------------------------------------------
+# Live progress (a plugin the CLI registers: presentation stays out of the runner)
+
+
+class ProgressReporter:
+    """A rich progress bar with steps/s and the recent return, updated once per iteration."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[sps]:>7} steps/s"),
+            TextColumn("return {task.fields[ret]:>7}"),
+            TextColumn("eval {task.fields[eval]:>7}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
+        self.task = self.progress.add_task("train", total=total, sps="-", ret="-", eval="-")
+
+    @hookimpl
+    def harness_run_start(self, run: Any) -> None:
+        self.progress.update(self.task, description=run.run_dir.name, completed=run.step)
+        self.progress.start()
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        fields: dict[str, Any] = {}
+        if "perf/SPS" in metrics:
+            fields["sps"] = f"{metrics['perf/SPS']:.0f}"
+        if math.isfinite(run.recent_return):
+            fields["ret"] = f"{run.recent_return:.1f}"
+        if "eval/mean_return" in metrics:
+            fields["eval"] = f"{metrics['eval/mean_return']:.1f}"
+        self.progress.update(self.task, completed=run.step, **fields)
+
+    @hookimpl
+    def harness_run_end(self) -> None:
+        self.progress.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""Dataclass configs: the source of truth. Pack files (TOML/YAML) are a serialized view.
+
+Layering, lowest first: dataclass defaults < ``HARNESS_BACKEND`` < pack file < user file
+(``--config``) < ``--set section.key=value``. A pack file has sections: ``[run]`` (this module's
+:class:`RunConfig`), ``[algo]`` (the selected algorithm's config dataclass), ``[env]`` and
+``[backend]`` (the selected plugins' option dataclasses). Unknown keys, wrong types and unknown
+plugins fail at start-up naming the file, the key and a suggestion.
+
+Each field's documentation is the string literal under it (CleanRL style); :func:`field_docs`
+reads it so ``--help`` and the docs show the same words.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import json
+import os
+import textwrap
+import tomllib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, PluginError, did_you_mean
+from harness.registry import Registry
+
+SECTIONS = ("run", "algo", "env", "backend")
+PACK_FILE_NAMES = ("pack.toml", "pack.yaml", "pack.yml")
+
+
+@dataclass
+class RunConfig:
+    """What to train, for how long, and where results go."""
+
+    algo: str = "ppo"
+    """Algorithm plugin name (see `harness plugins`)."""
+    env: str = "CartPole-v1"
+    """Environment id; the first env plugin that accepts it builds it."""
+    backend: str = "torch"
+    """NN backend plugin name; the HARNESS_BACKEND environment variable overrides the default."""
+    seed: int = 1
+    """Seed for the envs, the agent and the backend; runs with the same seed repeat."""
+    total_steps: int = 100_000
+    """Environment steps to train for (summed over vectorized envs)."""
+    num_envs: int = 8
+    """Number of vectorized environments stepped together."""
+    vector: str = "sync"
+    """Vector env mode: 'sync' (one process) or 'async' (one subprocess per env)."""
+    eval_every: int = 10_000
+    """Env steps between greedy evaluations; 0 disables periodic evaluation."""
+    eval_episodes: int = 20
+    """Episodes per evaluation."""
+    stop_at_return: float | None = None
+    """Stop early once an evaluation's mean return reaches this value."""
+    checkpoint_every: int = 25_000
+    """Env steps between checkpoints (one is always written at the end)."""
+    trackers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])
+    """Tracker plugins receiving metrics; missing optional ones are skipped with a warning."""
+    out: str = "runs"
+    """Parent directory of run directories."""
+    name: str = ""
+    """Run directory name; default {env}__{algo}__{seed}__{unix time}."""
+    progress: bool = True
+    """Show a live progress bar."""
+    log_every: int = 2_000
+    """Env steps between metric rows written to trackers."""
+
+
+@dataclass
+class Config:
+    """A resolved configuration: one dataclass instance per section."""
+
+    run: RunConfig
+    algo: Any
+    env: Any = None
+    backend: Any = None
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each 'section.key' was last set (file path or '--set'), for error messages."""
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for section in SECTIONS:
+            value = getattr(self, section)
+            if value is not None:
+                out[section] = dataclasses.asdict(value)
+        return out
+
+
+# ------------------------------------------------------------------------------------------
+# Documentation from attribute docstrings
+
+
+def field_docs(cls: type[Any]) -> dict[str, str]:
+    hashable: Any = cls
+    return dict(_field_docs(hashable))
+
+
+@cache
+def _field_docs(cls: Any) -> dict[str, str]:
+    """``{field: docstring}`` from the string literal under each annotated attribute."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        if not isinstance(body, ast.ClassDef):
+            continue
+        stmts = body.body
+        for node, nxt in itertools.pairwise(stmts):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def describe(cls: type[Any], prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(key, default, doc)`` rows for ``--help`` and docs."""
+    docs = field_docs(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        rows.append((prefix + f.name, default, docs.get(f.name, "")))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Reading files and overrides
+
+
+def find_pack_file(path: str | os.PathLike[str]) -> Path:
+    """A pack directory (holding pack.toml/yaml) or a file path -> the pack file."""
+    p = Path(path)
+    if p.is_dir():
+        for name in PACK_FILE_NAMES:
+            if (p / name).is_file():
+                return p / name
+        raise ConfigError(
+            f"{p} is a directory without a pack file. Put the config in {p / 'pack.toml'} "
+            f"(sections [run], [algo], [env], [backend])."
+        )
+    if p.is_file():
+        return p
+    raise ConfigError(
+        f"Pack {str(path)!r} does not exist. Pass a pack directory (e.g. competitions/cartpole), "
+        f"a .toml/.yaml file, or a registered competition name (see `harness plugins`)."
+    )
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse TOML or YAML into a dict, with the file and line in any syntax error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc.strerror}.") from None
+    try:
+        if path.suffix in {".yaml", ".yml"}:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except Exception as exc:  # tomllib/yaml errors carry the line number in their text
+        raise ConfigError(
+            f"Malformed config file {path}: {exc}. Fix the syntax at that position "
+            f"(TOML: key = value under [section] headers)."
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {path} must hold a table of sections, not {data!r}.")
+    for key, value in data.items():
+        if key not in SECTIONS:
+            raise ConfigError(
+                f"{path}: unknown section [{key}].{did_you_mean(key, SECTIONS)} "
+                f"Sections are: {', '.join(SECTIONS)}."
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: [{key}] must be a table of key = value pairs.")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``'algo.learning_rate=3e-4'`` -> ``('algo', 'learning_rate', 0.0003)``.
+
+    A bare key means ``run.KEY``. Values are parsed as TOML literals (numbers, booleans, lists,
+    quoted strings); anything else is taken as a plain string.
+    """
+    if "=" not in text:
+        raise ConfigError(
+            f"--set {text!r} is not KEY=VALUE. Example: --set algo.learning_rate=3e-4"
+        )
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    section, _, name = key.rpartition(".")
+    section = section or "run"
+    if section not in SECTIONS or not name:
+        raise ConfigError(
+            f"--set {text!r}: {key!r} is not SECTION.KEY with a section in "
+            f"{', '.join(SECTIONS)}.{did_you_mean(section, SECTIONS)}"
+        )
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, name, value
+
+
+# ------------------------------------------------------------------------------------------
+# Validation
+
+
+def build_dataclass(
+    cls: type[Any], values: Mapping[str, Any], where: Mapping[str, str], section: str, owner: str
+) -> Any:
+    """Instantiate ``cls`` from ``values``, checking every key and type.
+
+    ``where`` maps a key to the file (or '--set') it came from; ``owner`` names what the section
+    configures (e.g. "algorithm 'ppo'") for the error message.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        origin = where.get(key, "config")
+        if key not in names:
+            raise ConfigError(
+                f"{origin}: [{section}] key {key!r} is not an option of {owner}."
+                f"{did_you_mean(key, names)} See `harness run --help` for every key."
+            )
+        try:
+            kwargs[key] = coerce(value, hints[key])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"{origin}: [{section}] {key} = {value!r} has the wrong type: expected "
+                f"{type_name(hints[key])} ({exc})."
+            ) from None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[{section}] for {owner}: {exc}") from None
+
+
+def type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def coerce(value: Any, tp: Any) -> Any:
+    """Check ``value`` against annotation ``tp``, allowing int->float and list<->tuple."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise TypeError("; ".join(errors))
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ValueError(f"must be one of {', '.join(repr(a) for a in args)}")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"got {type(value).__name__}, expected a list")
+        if origin is list:
+            return [coerce(v, args[0]) if args else v for v in value]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce(v, args[0]) for v in value)
+        if args and len(args) != len(value):
+            raise ValueError(f"expected {len(args)} items, got {len(value)}")
+        return (
+            tuple(coerce(v, a) for v, a in zip(value, args, strict=False)) if args else tuple(value)
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"got {type(value).__name__}, expected a table")
+        return dict(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"got {type(value).__name__}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise TypeError(f"got {type(value).__name__}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"got {type(value).__name__}, write true or false")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError(f"got {type(value).__name__}, write it in quotes")
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise TypeError(f"got {type(value).__name__}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------
+# Layering
+
+
+@dataclass
+class RawConfig:
+    """Merged, unvalidated sections plus where each key came from."""
+
+    sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SECTIONS})
+    sources: dict[str, str] = field(default_factory=dict)
+    pack_dir: Path | None = None
+    algo_of: dict[str, str | None] = field(default_factory=dict)
+    """For each [algo] key, the algorithm its layer was written for (None: whichever is chosen)."""
+
+    def merge(
+        self, data: Mapping[str, Mapping[str, Any]], origin: str, *, for_algo: str | None = None
+    ) -> None:
+        for section, values in data.items():
+            for key, value in values.items():
+                self.sections[section][key] = value
+                self.sources[f"{section}.{key}"] = origin
+                if section == "algo":
+                    self.algo_of[key] = for_algo
+
+    def merge_file(self, path: Path) -> None:
+        """A file's [algo] keys belong to the algorithm that file selects (or inherits), so a
+        later layer that switches algorithm does not inherit options meant for another one."""
+        data = read_config_file(path)
+        for_algo = data.get("run", {}).get("algo", self.sections["run"].get("algo"))
+        self.merge(data, str(path), for_algo=for_algo)
+
+    def algo_section(self, algo: str) -> dict[str, Any]:
+        """The [algo] keys meant for ``algo``."""
+        return {
+            k: v for k, v in self.sections["algo"].items() if self.algo_of.get(k) in (None, algo)
+        }
+
+    def where(self, section: str) -> dict[str, str]:
+        prefix = section + "."
+        return {k[len(prefix) :]: v for k, v in self.sources.items() if k.startswith(prefix)}
+
+
+def layer(
+    pack_file: Path | None,
+    user_files: Iterable[Path] = (),
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> RawConfig:
+    """Merge defaults < HARNESS_BACKEND < pack < user files < --set into one :class:`RawConfig`."""
+    raw = RawConfig()
+    environ = os.environ if environ is None else environ
+    if environ.get("HARNESS_BACKEND"):
+        raw.merge({"run": {"backend": environ["HARNESS_BACKEND"]}}, "HARNESS_BACKEND")
+    if pack_file is not None:
+        raw.merge_file(pack_file)
+        raw.pack_dir = pack_file.parent
+    for path in user_files:
+        raw.merge_file(Path(path))
+    for text in overrides:
+        section, key, value = parse_override(text)
+        raw.merge({section: {key: value}}, f"--set {text}")
+    return raw
+
+
+def write_resolved(config: Config, directory: Path, extra: Mapping[str, Any]) -> None:
+    """Write ``config.toml`` (a runnable pack file) and ``run.json`` (config + plugin versions)."""
+    data = config.to_dict()
+    (directory / "config.toml").write_text(dump_toml(data), encoding="utf-8")
+    info = {"config": data, **extra}
+    (directory / "run.json").write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+
+
+def dump_toml(data: Mapping[str, Mapping[str, Any]]) -> str:
+    """A minimal TOML writer for sections of scalars, lists and flat tables."""
+    lines: list[str] = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        nested = []
+        for key, value in values.items():
+            if value is None:
+                continue  # TOML has no null: leaving the key out restores the default None
+            if isinstance(value, dict):
+                nested.append((key, value))
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        for key, table in nested:
+            lines.append(f"[{section}.{key}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        if isinstance(value, float) and value != value:
+            return "nan"
+        if isinstance(value, float) and value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def resolve(raw: RawConfig, registry: Registry) -> Config:
+    """Validate every section against the dataclasses of the selected plugins."""
+    run = build_dataclass(RunConfig, raw.sections["run"], raw.where("run"), "run", "the run")
+    sources = raw.sources
+
+    def pick(kind: str, name: str, key: str) -> Any:
+        try:
+            return getattr(registry, kind).get(name)
+        except PluginError as exc:
+            origin = sources.get(f"run.{key}", "default")
+            raise ConfigError(f"{origin}: [run] {key} = {name!r}: {exc}") from None
+
+    algo_spec = pick("algorithms", run.algo, "algo")
+    try:
+        env_spec = registry.env_for(run.env)
+    except PluginError as exc:
+        raise ConfigError(f"{sources.get('run.env', 'default')}: [run] env: {exc}") from None
+    backend_spec = pick("backends", run.backend, "backend")
+    for tracker in run.trackers:
+        pick("trackers", tracker, "trackers")
+
+    def section(name: str, cls: type[Any] | None, owner: str) -> Any:
+        values = raw.algo_section(run.algo) if name == "algo" else raw.sections[name]
+        if cls is None:
+            if values:
+                keys = ", ".join(values)
+                raise ConfigError(f"[{name}] keys {keys} given, but {owner} takes no options.")
+            return None
+        return build_dataclass(cls, values, raw.where(name), name, owner)
+
+    return Config(
+        run=run,
+        algo=section("algo", algo_spec.config_cls, f"algorithm {run.algo!r}"),
+        env=section("env", env_spec.config_cls, f"env family {env_spec.name!r}"),
+        backend=section("backend", backend_spec.config_cls, f"backend {run.backend!r}"),
+        sources=dict(sources),
+    )

@@ -1,0 +1,187 @@
+"""The plugin manager factory. No global manager exists at import time: every caller (the CLI,
+a test) builds its own, so tests never fight shared state.
+
+Plugins are found through the ``harness`` entry-point group, first-party ones exactly like
+third-party ones. A plugin that fails to import (or whose registration hook raises) is reported
+by name and skipped; the rest keeps working. ``HARNESS_DISABLE_PLUGIN_AUTOLOAD=1`` disables
+entry-point loading; ``-p no:NAME`` (``blocked``) blocks one plugin; ``HARNESS_TRACE=1``
+(``trace``) logs every hook call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata as md
+import logging
+import os
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from harness import hookspecs
+from harness.registry import KINDS, Registry
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "harness"
+AUTOLOAD_ENV = "HARNESS_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "HARNESS_TRACE"
+
+
+@dataclass
+class PluginInfo:
+    """What `harness plugins` shows for one plugin."""
+
+    name: str
+    module: str
+    distribution: str = ""
+    version: str = ""
+    registers: dict[str, list[str]] = field(default_factory=dict)
+
+
+class HarnessPluginManager(pluggy.PluginManager):
+    """pluggy's manager plus the bookkeeping harness reports: origins and broken plugins."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+        self.broken: dict[str, str] = {}
+
+    def register_plugin(
+        self, plugin: Any, name: str, *, distribution: str = "", version: str = ""
+    ) -> None:
+        """Register ``plugin`` under ``name`` unless blocked, remembering where it came from."""
+        if self.is_blocked(name):
+            log.info("plugin %r is blocked; not registering it", name)
+            return
+        self.register(plugin, name=name)
+        module = getattr(plugin, "__name__", type(plugin).__module__)
+        self.infos[name] = PluginInfo(name, module, distribution, version)
+
+    def mark_broken(self, name: str, error: BaseException) -> None:
+        detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+        self.broken[name] = detail
+        log.warning("plugin %r is broken and was skipped: %s", name, detail)
+        plugin = self.get_plugin(name)
+        if plugin is not None:
+            self.unregister(plugin)
+        self.infos.pop(name, None)
+
+
+def make_plugin_manager(
+    *,
+    blocked: Iterable[str] = (),
+    load: Iterable[str] = (),
+    autoload: bool | None = None,
+    trace: bool | None = None,
+) -> HarnessPluginManager:
+    """Build a manager: hookspecs, then entry-point plugins (unless disabled), then ``load``.
+
+    ``load`` names entry points (loaded even when autoloading is off, like pytest's ``-p``) or
+    importable modules.
+    """
+    pm = HarnessPluginManager()
+    for name in blocked:
+        pm.set_blocked(name)
+    if autoload is None:
+        autoload = os.environ.get(AUTOLOAD_ENV, "").strip() not in {"1", "true", "yes"}
+    if not pm.is_blocked("builtin"):
+        from harness import builtin
+
+        pm.register_plugin(builtin, "builtin", distribution="harness", version=_version())
+    wanted = list(load)
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        if (autoload or ep.name in wanted) and not pm.is_blocked(ep.name):
+            _load_entry_point(pm, ep)
+        if ep.name in wanted:
+            wanted.remove(ep.name)
+    for module_name in wanted:
+        if pm.is_blocked(module_name):
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # a broken plugin must not take the rest down
+            pm.mark_broken(module_name, exc)
+            continue
+        pm.register_plugin(module, module_name)
+    if trace is None:
+        trace = os.environ.get(TRACE_ENV, "").strip() in {"1", "true", "yes"}
+    if trace:
+        pm.trace.root.setwriter(lambda msg: log.info("hook: %s", msg.rstrip()))
+        pm.enable_tracing()
+    return pm
+
+
+def _version() -> str:
+    from harness import __version__
+
+    return __version__
+
+
+def _load_entry_point(pm: HarnessPluginManager, ep: md.EntryPoint) -> None:
+    dist = ep.dist
+    try:
+        plugin = ep.load()
+    except Exception as exc:  # a broken plugin must not take the rest down
+        pm.mark_broken(ep.name, exc)
+        return
+    pm.register_plugin(
+        plugin,
+        ep.name,
+        distribution=dist.name if dist else "",
+        version=dist.version if dist else "",
+    )
+
+
+def collect_registry(pm: HarnessPluginManager) -> Registry:
+    """Call every registration hook plugin by plugin, so each record knows its plugin.
+
+    A plugin whose registration raises or returns something that is not a record is marked
+    broken and skipped; a duplicate name raises :class:`PluginError` naming both plugins.
+    """
+    registry = Registry()
+    for kind, record_type in KINDS.items():
+        caller = getattr(pm.hook, f"harness_register_{kind}")
+        table = getattr(registry, kind)
+        for impl in caller.get_hookimpls():  # registration order, first plugin first
+            name = impl.plugin_name
+            if name in pm.broken:
+                continue
+            try:
+                records = list(impl.function() or ())
+                for record in records:
+                    if not isinstance(record, record_type):
+                        raise TypeError(
+                            f"harness_register_{kind} returned {type(record).__name__}, "
+                            f"expected {record_type.__name__}"
+                        )
+            except Exception as exc:
+                pm.mark_broken(name, exc)
+                _drop_records_of(registry, name)
+                continue
+            for record in records:
+                table.add(dataclasses.replace(record, plugin=name))
+                info = pm.infos.get(name)
+                if info is not None:
+                    info.registers.setdefault(kind, []).append(record.name)
+    return registry
+
+
+def _drop_records_of(registry: Registry, plugin: str) -> None:
+    for kind in KINDS:
+        table = getattr(registry, kind)
+        for key in [k for k, r in table.items() if r.plugin == plugin]:
+            del table.records[key]
+
+
+def load(
+    *, blocked: Iterable[str] = (), load: Iterable[str] = ()
+) -> tuple[HarnessPluginManager, Registry]:
+    """Convenience for hosts: a manager plus its registry."""
+    pm = make_plugin_manager(blocked=blocked, load=load)
+    return pm, collect_registry(pm)

@@ -1,0 +1,408 @@
+"""The serial runner: envs, agent, trackers, evaluation and checkpoints in one process.
+
+``train(config)`` is an in-process function returning a :class:`RunResult`, so tuning and tests
+call it directly. One iteration = ``agent.rollout_len`` vector steps, then ``agent.learn()``;
+lifecycle hooks run per iteration, never per env step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import __version__
+from harness.api import Agent, EnvInfo, Transition
+from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
+from harness.config import Config, RunConfig, write_resolved
+from harness.errors import CheckpointError, IncompatibleError, PluginError
+from harness.plugins import HarnessPluginManager
+from harness.registry import Registry
+from harness.runtime.spaces import env_info
+from harness.tracking import MetricsRouter, Tracker
+
+log = logging.getLogger(__name__)
+
+RUNNER_STATE = "runner.json"
+
+
+@dataclass
+class EvalResult:
+    returns: list[float]
+    lengths: list[int]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns)) if self.returns else float("nan")
+
+
+@dataclass
+class RunResult:
+    """What ``train`` returns (and ``harness run`` prints)."""
+
+    run_dir: Path
+    steps: int
+    episodes: int
+    wall_time: float
+    final_eval: float
+    best_eval: float
+    recent_return: float
+    checkpoint: Path | None
+    stopped_early: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Run:
+    """The state of one training run, handed to lifecycle hooks."""
+
+    config: Config
+    registry: Registry
+    pm: HarnessPluginManager
+    run_dir: Path
+    agent: Agent
+    envs: Any
+    info: EnvInfo
+    router: MetricsRouter
+    step: int = 0
+    iteration: int = 0
+    episodes: int = 0
+    best_eval: float = -math.inf
+    history: list[tuple[int, float]] = field(default_factory=list)
+    eval_history: list[tuple[int, float]] = field(default_factory=list)
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=20))
+    log: logging.Logger = log
+
+    @property
+    def recent_return(self) -> float:
+        return float(np.mean(self.recent)) if self.recent else float("nan")
+
+
+# ------------------------------------------------------------------------------------------
+# Building
+
+
+def make_envs(config: Config, registry: Registry, num_envs: int, seed: int | None) -> Any:
+    spec = registry.env_for(config.run.env)
+    return spec.make_env(
+        config.run.env,
+        num_envs=num_envs,
+        seed=seed,
+        vector=config.run.vector,
+        options=config.env,
+    )
+
+
+def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
+    spec = registry.algorithms.get(config.run.algo)
+    if info.action.kind not in spec.action_spaces:
+        fits = [n for n, s in registry.algorithms.items() if info.action.kind in s.action_spaces]
+        raise IncompatibleError(
+            f"Algorithm {spec.name!r} does not support the {info.action.kind} action space of "
+            f"{info.env_id!r} (it supports: {', '.join(spec.action_spaces)}). Algorithms that "
+            f"fit: {', '.join(sorted(fits)) or 'none installed'}."
+        )
+    backend_spec = registry.backends.get(config.run.backend)
+    backend = backend_spec.load(config.backend)
+    backend.seed(config.run.seed)
+    agent: Agent = spec.make_agent(
+        info, backend, config.algo, seed=config.run.seed, total_steps=config.run.total_steps
+    )
+    return agent
+
+
+def new_run_dir(config: Config) -> Path:
+    run = config.run
+    name = run.name or f"{run.env}__{run.algo}__{run.seed}__{int(time.time())}"
+    path = Path(run.out) / name
+    suffix = 1
+    while path.exists():
+        path = Path(run.out) / f"{name}-{suffix}"
+        suffix += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int) -> MetricsRouter:
+    trackers: dict[str, Tracker] = {}
+    for name in config.run.trackers:
+        spec = registry.trackers.get(name)
+        try:
+            trackers[name] = spec.make(run_dir, config, start_step=start)
+        except PluginError as exc:
+            log.warning("tracker %r is unavailable and skipped: %s", name, exc)
+    return MetricsRouter(trackers)
+
+
+def build_run(
+    config: Config,
+    registry: Registry,
+    pm: HarnessPluginManager,
+    *,
+    resume: Path | None = None,
+) -> Run:
+    """Everything a run needs, restored from ``resume`` (a run directory) when given."""
+    pm.hook.harness_configure(config=config)
+    ckpt = None
+    if resume is not None:
+        ckpt = latest_checkpoint(resume)
+        check_compatible(read_meta(ckpt), config.run, ckpt)
+        run_dir = Path(resume)
+    else:
+        run_dir = new_run_dir(config)
+    envs = make_envs(config, registry, config.run.num_envs, seed=None)
+    try:
+        info = env_info(config.run.env, envs)
+        agent = make_agent(config, registry, info)
+    except BaseException:
+        envs.close()
+        raise
+    plugins = {
+        n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
+    }
+    write_resolved(config, run_dir, {"harness": __version__, "plugins": plugins})
+    start = 0
+    if ckpt is not None:
+        agent.restore(ckpt)
+        start = int(json.loads((ckpt / RUNNER_STATE).read_text())["step"])
+    router = make_trackers(config, registry, run_dir, start)
+    run = Run(config, registry, pm, run_dir, agent, envs, info, router)
+    if ckpt is not None:
+        _load_runner_state(run, ckpt)
+        log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
+    return run
+
+
+def check_compatible(meta: Mapping[str, Any], run: RunConfig, ckpt: Path) -> None:
+    """Refuse a checkpoint written for another algorithm, backend or env."""
+    for key in ("algo", "backend", "env"):
+        have, want = meta.get(key), getattr(run, key)
+        if have != want:
+            raise CheckpointError(
+                f"Checkpoint {ckpt} was written by {key} {have!r}, but the config asks for "
+                f"{key} {want!r}. Use --set {key}={have} to load it, or start a fresh run."
+            )
+
+
+# ------------------------------------------------------------------------------------------
+# Training
+
+
+def train(
+    config: Config,
+    registry: Registry,
+    pm: HarnessPluginManager,
+    *,
+    resume: Path | None = None,
+) -> RunResult:
+    """Train ``config`` to completion in this process; returns the summary."""
+    run = build_run(config, registry, pm, resume=resume)
+    t_start = time.perf_counter()
+    stopped = False
+    ckpt: Path | None = None
+    summary: dict[str, Any] = {}
+    try:
+        pm.hook.harness_run_start(run=run)
+        stopped = _loop(run)
+        if not run.eval_history or run.eval_history[-1][0] != run.step:
+            _evaluate_and_record(run)
+        ckpt = _checkpoint(run)
+        final = run.eval_history[-1][1] if run.eval_history else float("nan")
+        result = RunResult(
+            run_dir=run.run_dir,
+            steps=run.step,
+            episodes=run.episodes,
+            wall_time=time.perf_counter() - t_start,
+            final_eval=final,
+            best_eval=run.best_eval,
+            recent_return=run.recent_return,
+            checkpoint=ckpt,
+            stopped_early=stopped,
+        )
+        summary = result.as_dict()
+        write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
+        _plot(run)
+        return result
+    finally:
+        pm.hook.harness_run_end(run=run, summary=summary)
+        run.router.close()
+        run.envs.close()
+
+
+def _loop(run: Run) -> bool:
+    """Iterate until the step budget or the return threshold; True when stopped early."""
+    cfg = run.config.run
+    envs, agent = run.envs, run.agent
+    n = envs.num_envs
+    obs, _ = envs.reset(seed=cfg.seed + run.step)
+    ep_return = np.zeros(n)
+    ep_length = np.zeros(n, dtype=np.int64)
+    window_returns: list[float] = []
+    window_lengths: list[int] = []
+    next_log = run.step + cfg.log_every
+    next_eval = run.step + cfg.eval_every if cfg.eval_every > 0 else math.inf
+    next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
+    t_window, steps_window = time.perf_counter(), run.step
+    while run.step < cfg.total_steps:
+        for _ in range(agent.rollout_len):
+            actions, extras = agent.sample(obs)
+            next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+            done = terminated | truncated
+            real_next = next_obs
+            if done.any():
+                real_next = next_obs.copy()
+                final_mask = infos["_final_obs"]
+                for i in np.flatnonzero(final_mask):
+                    real_next[i] = infos["final_obs"][i]
+            agent.observe(
+                Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
+            )
+            ep_return += rewards
+            ep_length += 1
+            for i in np.flatnonzero(done):
+                window_returns.append(float(ep_return[i]))
+                window_lengths.append(int(ep_length[i]))
+                run.recent.append(float(ep_return[i]))
+                run.episodes += 1
+                ep_return[i] = 0.0
+                ep_length[i] = 0
+            obs = next_obs
+            run.step += n
+        metrics = dict(agent.learn())
+        run.iteration += 1
+        if window_returns:
+            metrics["charts/episodic_return"] = float(np.mean(window_returns))
+            metrics["charts/episodic_length"] = float(np.mean(window_lengths))
+        if run.step >= next_log:
+            now = time.perf_counter()
+            metrics["perf/SPS"] = (run.step - steps_window) / max(now - t_window, 1e-9)
+            metrics["charts/episodes"] = float(run.episodes)
+            run.router.record(run.step, metrics)
+            if window_returns:
+                run.history.append((run.step, metrics["charts/episodic_return"]))
+            window_returns, window_lengths = [], []
+            t_window, steps_window = now, run.step
+            next_log = run.step + cfg.log_every
+        stop = False
+        if run.step >= next_eval:
+            result = _evaluate_and_record(run)
+            metrics["eval/mean_return"] = result.mean
+            next_eval = run.step + cfg.eval_every
+            stop = cfg.stop_at_return is not None and result.mean >= cfg.stop_at_return
+        run.pm.hook.harness_iteration_end(run=run, metrics=metrics)
+        if stop:
+            log.info("eval mean %.1f reached stop_at_return at step %d", run.best_eval, run.step)
+            return True
+        if run.step >= next_ckpt:
+            _checkpoint(run)
+            next_ckpt = run.step + cfg.checkpoint_every
+    return False
+
+
+def _evaluate_and_record(run: Run) -> EvalResult:
+    cfg = run.config.run
+    if cfg.eval_episodes <= 0:
+        return EvalResult([], [])
+    result = evaluate(
+        run.agent, run.config, run.registry, cfg.eval_episodes, seed=10_000 + cfg.seed + run.step
+    )
+    run.eval_history.append((run.step, result.mean))
+    run.best_eval = max(run.best_eval, result.mean)
+    run.router.record(run.step, {"eval/mean_return": result.mean, "eval/std_return": result.std})
+    return result
+
+
+def evaluate(
+    agent: Agent, config: Config, registry: Registry, episodes: int, *, seed: int
+) -> EvalResult:
+    """Greedy evaluation: exactly ``episodes`` complete episodes, spread over up to 8 envs so
+    short episodes are not over-counted (each env runs its own quota)."""
+    n = max(1, min(8, episodes))
+    quota = np.full(n, episodes // n)
+    quota[: episodes % n] += 1
+    envs = make_envs(config, registry, n, seed=None)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        ret = np.zeros(n)
+        length = np.zeros(n, dtype=np.int64)
+        returns: list[float] = []
+        lengths: list[int] = []
+        while (quota > 0).any():
+            obs, rewards, terminated, truncated, _ = envs.step(agent.predict(obs))
+            ret += rewards
+            length += 1
+            for i in np.flatnonzero(terminated | truncated):
+                if quota[i] > 0:
+                    returns.append(float(ret[i]))
+                    lengths.append(int(length[i]))
+                    quota[i] -= 1
+                ret[i], length[i] = 0.0, 0
+        return EvalResult(returns, lengths)
+    finally:
+        envs.close()
+
+
+# ------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def _checkpoint(run: Run) -> Path:
+    state = {
+        "step": run.step,
+        "iteration": run.iteration,
+        "episodes": run.episodes,
+        "best_eval": run.best_eval if math.isfinite(run.best_eval) else None,
+        "history": run.history,
+        "eval_history": run.eval_history,
+        "recent": list(run.recent),
+    }
+
+    def write(tmp: Path) -> None:
+        run.agent.save(tmp)
+        (tmp / RUNNER_STATE).write_text(json.dumps(state), encoding="utf-8")
+
+    meta = {
+        "algo": run.config.run.algo,
+        "backend": run.config.run.backend,
+        "env": run.config.run.env,
+        "harness": __version__,
+        "config": run.config.to_dict(),
+    }
+    path = save_checkpoint(run.run_dir / "checkpoints", run.step, meta, write)
+    run.pm.hook.harness_checkpoint(run=run, path=path)
+    return path
+
+
+def _load_runner_state(run: Run, ckpt: Path) -> None:
+    state = json.loads((ckpt / RUNNER_STATE).read_text(encoding="utf-8"))
+    run.step = int(state["step"])
+    run.iteration = int(state["iteration"])
+    run.episodes = int(state["episodes"])
+    run.best_eval = state["best_eval"] if state["best_eval"] is not None else -math.inf
+    run.history = [(int(a), float(b)) for a, b in state["history"]]
+    run.eval_history = [(int(a), float(b)) for a, b in state["eval_history"]]
+    run.recent.extend(state["recent"])
+
+
+def _plot(run: Run) -> None:
+    try:
+        from harness.plotting import plot_learning_curve
+    except ImportError:
+        log.warning("matplotlib is missing: no learning_curve.png (pip install matplotlib)")
+        return
+    title = f"{run.config.run.algo} on {run.config.run.env} (seed {run.config.run.seed})"
+    plot_learning_curve(run.history, run.eval_history, run.run_dir / "learning_curve.png", title)

@@ -1,0 +1,37 @@
+"""Framework-neutral views of env spaces, read by duck typing (the core never imports
+gymnasium): a space with ``n`` is discrete, one with ``low``/``high`` is a box."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from harness.api import EnvInfo, SpaceInfo
+from harness.errors import IncompatibleError
+
+
+def space_info(space: Any) -> SpaceInfo:
+    if hasattr(space, "n") and not hasattr(space, "nvec"):
+        return SpaceInfo("discrete", (), str(np.dtype(space.dtype)), n=int(space.n))
+    if hasattr(space, "low") and hasattr(space, "high"):
+        return SpaceInfo(
+            "box",
+            tuple(space.shape),
+            str(np.dtype(space.dtype)),
+            low=tuple(np.asarray(space.low, dtype=np.float64).ravel().tolist()),
+            high=tuple(np.asarray(space.high, dtype=np.float64).ravel().tolist()),
+        )
+    raise IncompatibleError(
+        f"Space {space!r} is neither discrete (has .n) nor a box (has .low/.high); harness "
+        f"algorithms support those two. Wrap the env to flatten its spaces."
+    )
+
+
+def env_info(env_id: str, envs: Any) -> EnvInfo:
+    return EnvInfo(
+        env_id=env_id,
+        observation=space_info(envs.single_observation_space),
+        action=space_info(envs.single_action_space),
+        num_envs=int(envs.num_envs),
+    )

@@ -1,0 +1,1 @@
+"""First-party algorithms for harness, each written once against the backend interface."""

@@ -1,0 +1,260 @@
+"""DQN (Mnih et al. 2015) with double Q-learning, a dueling head and prioritized replay as
+options. One file, backend-neutral: every framework call goes through ``self.backend``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
+from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyper-parameters ([algo] section). Defaults follow the RL Zoo's CartPole-v1 entry."""
+
+    learning_rate: float = 2.3e-3
+    """Adam step size."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 1_000
+    """Env steps collected before the first update."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 256
+    """Env steps (summed over envs) between update bursts."""
+    gradient_steps: int = 128
+    """Gradient steps per update burst."""
+    target_update_interval: int = 128
+    """Gradient steps between hard target-network copies."""
+    tau: float = 1.0
+    """Target update rate (1.0 = hard copy every interval, <1 = Polyak averaging)."""
+    exploration_fraction: float = 0.16
+    """Fraction of the run over which epsilon decays linearly."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon at the start."""
+    exploration_final_eps: float = 0.04
+    """Epsilon after the decay."""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the Q-network."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    double: bool = True
+    """Double Q-learning: the online net picks the next action, the target net scores it."""
+    dueling: bool = False
+    """Dueling head: Q = V + A - mean(A) over a shared trunk."""
+    prioritized: bool = False
+    """Prioritized experience replay (proportional, sum tree)."""
+    per_alpha: float = 0.6
+    """Priority exponent for prioritized replay."""
+    per_beta: float = 0.4
+    """Initial importance-sampling exponent, annealed to 1 over the run."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip."""
+    loss: str = "huber"
+    """TD loss: 'huber' or 'mse'."""
+
+    def __post_init__(self) -> None:
+        if self.loss not in ("huber", "mse"):
+            raise ValueError(f"loss = {self.loss!r} must be 'huber' or 'mse'")
+        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
+            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
+
+
+class DQN(Algorithm):
+    """Loss and update: TD regression of Q(s, a) on r + gamma * Q_target(s', a*)."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, config: DQNConfig) -> None:
+        super().__init__(backend)
+        self.config = config
+        self.q = self._build(info)
+        self.target = self._build(info)
+        backend.copy_weights(self.target, self.q)
+        self.optimizer = backend.optimizer(self.q, lr=config.learning_rate)
+
+    def _build(self, info: EnvInfo) -> Any:
+        bk, c = self.backend, self.config
+        obs_dim, n = info.observation.flat_dim, info.action.n
+        if not c.dueling:
+            return bk.group(q=bk.mlp(obs_dim, c.hidden, n, activation=c.activation))
+        width = c.hidden[-1]
+        trunk = bk.mlp(obs_dim, c.hidden[:-1], width, activation=c.activation, activate_output=True)
+        return bk.group(
+            trunk=trunk,
+            value=bk.mlp(width, [], 1),
+            advantage=bk.mlp(width, [], n),
+        )
+
+    def q_values(self, net: Any, obs: Any) -> Any:
+        if not self.config.dueling:
+            return net["q"](obs)
+        features = net["trunk"](obs)
+        adv = net["advantage"](features)
+        return net["value"](features) + adv - self.backend.mean(adv, axis=-1)[:, None]
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        bk = self.backend
+        with bk.no_grad():
+            return bk.numpy(bk.argmax(self.q_values(self.q, bk.tensor(obs)), axis=-1))
+
+    def learn(self, batch: ReplayBatch) -> dict[str, float]:
+        return self.learn_with_td(batch)[0]
+
+    def learn_with_td(self, batch: ReplayBatch) -> tuple[dict[str, float], np.ndarray]:
+        """One gradient step; also returns |TD error| per sample for priority updates."""
+        bk, c = self.backend, self.config
+        obs, next_obs = bk.tensor(batch.obs), bk.tensor(batch.next_obs)
+        actions = bk.tensor(batch.actions, "int64")
+        rewards, dones = bk.tensor(batch.rewards), bk.tensor(batch.dones)
+        with bk.no_grad():
+            next_q = self.q_values(self.target, next_obs)
+            if c.double:
+                best = bk.argmax(self.q_values(self.q, next_obs), axis=-1)
+                next_v = bk.gather(next_q, best)
+            else:
+                next_v = bk.max(next_q, axis=-1)
+            target = rewards + c.gamma * (1.0 - dones) * next_v
+        q = bk.gather(self.q_values(self.q, obs), actions)
+        per_sample = bk.smooth_l1(q, target) if c.loss == "huber" else bk.mse(q, target)
+        loss = bk.mean(bk.tensor(batch.weights) * per_sample)
+        grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        with bk.no_grad():
+            td = bk.numpy(q - target)
+        metrics = {
+            "losses/td_loss": bk.item(loss),
+            "losses/q_values": float(bk.item(bk.mean(q))),
+            "losses/grad_norm": grad_norm,
+        }
+        return metrics, np.abs(td)
+
+    def sync_target(self) -> None:
+        self.backend.copy_weights(self.target, self.q, tau=self.config.tau)
+
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        return {
+            "q": bk.state(self.q),
+            "target": bk.state(self.target),
+            "optimizer": bk.state(self.optimizer),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        bk = self.backend
+        bk.load_state(self.q, state["q"])
+        bk.load_state(self.target, state["target"])
+        bk.load_state(self.optimizer, state["optimizer"])
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.backend.get_weights(self.q)
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.backend.set_weights(self.q, weights)
+
+
+class DQNAgent(Agent):
+    """Epsilon-greedy acting, replay storage and the update schedule around :class:`DQN`."""
+
+    algorithm: DQN
+    config: DQNConfig
+
+    def __init__(
+        self, algorithm: DQN, info: EnvInfo, config: DQNConfig, *, seed: int, total_steps: int
+    ) -> None:
+        super().__init__(algorithm, info, config)
+        self.name = "dqn"
+        self.total_steps = max(1, total_steps)
+        self.rollout_len = max(1, config.train_freq // info.num_envs)
+        self.rng = np.random.default_rng(seed)
+        obs_shape = info.observation.shape
+        kwargs: dict[str, Any] = {"obs_dtype": np.float32, "action_dtype": np.int64, "seed": seed}
+        if config.prioritized:
+            self.replay: ReplayMemory = PrioritizedReplay(
+                config.buffer_size,
+                obs_shape,
+                alpha=config.per_alpha,
+                beta=config.per_beta,
+                **kwargs,
+            )
+        else:
+            self.replay = ReplayMemory(config.buffer_size, obs_shape, **kwargs)
+        self.env_steps = 0
+        self.grad_steps = 0
+
+    @property
+    def epsilon(self) -> float:
+        c = self.config
+        progress = self.env_steps / self.total_steps
+        return schedule_value(
+            c.exploration_initial_eps, c.exploration_final_eps, progress, c.exploration_fraction
+        )
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions = self.algorithm.greedy(obs)
+        explore = self.rng.random(len(obs)) < self.epsilon
+        if explore.any():
+            random_actions = self.rng.integers(self.env_info.action.n, size=len(obs))
+            actions = np.where(explore, random_actions, actions)
+        return actions, {}
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        return self.algorithm.greedy(obs)
+
+    def observe(self, transition: Transition) -> None:
+        t = transition
+        self.replay.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated)
+        self.env_steps += len(t.obs)
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        if self.env_steps < c.learning_starts or len(self.replay) < c.batch_size:
+            return {"charts/epsilon": self.epsilon}
+        per = isinstance(self.replay, PrioritizedReplay)
+        if isinstance(self.replay, PrioritizedReplay):
+            progress = min(1.0, self.env_steps / self.total_steps)
+            self.replay.beta = c.per_beta + progress * (1.0 - c.per_beta)
+        totals: dict[str, float] = {}
+        for _ in range(c.gradient_steps):
+            batch = self.replay.sample(c.batch_size)
+            metrics, td = self.algorithm.learn_with_td(batch)
+            if per:
+                self.replay.update_priorities(batch.indices, td)  # type: ignore[attr-defined]
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            self.grad_steps += 1
+            if self.grad_steps % c.target_update_interval == 0:
+                self.algorithm.sync_target()
+        out = {k: v / max(1, c.gradient_steps) for k, v in totals.items()}
+        out["charts/epsilon"] = self.epsilon
+        return out
+
+    def data_state(self) -> dict[str, np.ndarray]:
+        return {f"replay.{k}": v for k, v in self.replay.state_dict().items()}
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.replay.load_state_dict(
+            {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
+        )
+
+    def extra_state(self) -> dict[str, Any]:
+        return {
+            "env_steps": self.env_steps,
+            "grad_steps": self.grad_steps,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.env_steps = int(state["env_steps"])
+        self.grad_steps = int(state["grad_steps"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def make_agent(
+    info: EnvInfo, backend: Backend, config: DQNConfig, *, seed: int = 0, total_steps: int = 1
+) -> DQNAgent:
+    return DQNAgent(DQN(backend, info, config), info, config, seed=seed, total_steps=total_steps)

@@ -1,0 +1,275 @@
+"""PPO (Schulman et al. 2017): clipped surrogate, GAE, vectorized envs, advantage
+normalisation, linear learning-rate/clip annealing. Discrete (categorical) and box (diagonal
+Gaussian) actions. One file, backend-neutral."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
+from harness.data import RolloutBatch, RolloutBuffer
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters ([algo] section)."""
+
+    learning_rate: float = 3e-4
+    """Adam step size (annealed linearly to 0 when anneal_lr)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    n_steps: int = 128
+    """Vector steps per rollout (per env); a rollout holds n_steps * num_envs samples."""
+    batch_size: int = 64
+    """Minibatch size."""
+    n_epochs: int = 10
+    """Passes over each rollout."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_range: float = 0.2
+    """Surrogate clipping range."""
+    anneal_clip: bool = False
+    """Anneal the clip range linearly to 0 over the run."""
+    clip_vloss: bool = False
+    """Clip the value loss around the old values too."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    normalize_advantage: bool = True
+    """Normalise advantages per minibatch."""
+    target_kl: float | None = None
+    """Stop the epoch loop early when the approximate KL exceeds this."""
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden widths of the (separate) actor and critic networks."""
+    activation: str = "tanh"
+    """Hidden activation: tanh, relu or elu."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation for box actions."""
+
+    def __post_init__(self) -> None:
+        if self.n_steps < 1 or self.batch_size < 1 or self.n_epochs < 1:
+            raise ValueError("n_steps, batch_size and n_epochs must be >= 1")
+
+
+class PPO(Algorithm):
+    """The clipped-surrogate update on one minibatch."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, config: PPOConfig) -> None:
+        super().__init__(backend)
+        self.config = config
+        self.discrete = info.action.kind == "discrete"
+        obs_dim = info.observation.flat_dim
+        act_dim = info.action.n if self.discrete else info.action.flat_dim
+        h, a = config.hidden, config.activation
+        self.net = backend.group(
+            actor=backend.mlp(obs_dim, h, act_dim, activation=a, out_gain=0.01),
+            critic=backend.mlp(obs_dim, h, 1, activation=a, out_gain=1.0),
+        )
+        params: list[Any] = [self.net]
+        if not self.discrete:
+            self.log_std = backend.parameter(np.full(act_dim, config.log_std_init, np.float32))
+            params.append(self.log_std)
+        self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=1e-5)
+        self.clip_range = config.clip_range
+
+    def dist(self, obs: Any) -> Any:
+        out = self.net["actor"](obs)
+        return (
+            self.backend.categorical(out)
+            if self.discrete
+            else self.backend.normal(out, self.log_std)
+        )
+
+    def value(self, obs: Any) -> Any:
+        return self.net["critic"](obs)[:, 0]
+
+    def act(self, obs: np.ndarray, greedy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        bk = self.backend
+        with bk.no_grad():
+            x = bk.tensor(obs)
+            d = self.dist(x)
+            a = d.mode() if greedy else d.sample()
+            if greedy:
+                return bk.numpy(a), np.empty(0), np.empty(0)
+            return bk.numpy(a), bk.numpy(d.log_prob(a)), bk.numpy(self.value(x))
+
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        bk = self.backend
+        with bk.no_grad():
+            return bk.numpy(self.value(bk.tensor(obs)))
+
+    def learn(self, batch: RolloutBatch) -> dict[str, float]:
+        bk, c = self.backend, self.config
+        obs = bk.tensor(batch.obs)
+        actions = bk.tensor(batch.actions, "int64" if self.discrete else "float32")
+        old_logp, adv = bk.tensor(batch.log_probs), bk.tensor(batch.advantages)
+        returns, old_values = bk.tensor(batch.returns), bk.tensor(batch.values)
+        d = self.dist(obs)
+        logp = d.log_prob(actions)
+        log_ratio = logp - old_logp
+        ratio = bk.exp(log_ratio)
+        clip = self.clip_range
+        pg_loss = -bk.mean(bk.minimum(adv * ratio, adv * bk.clip(ratio, 1 - clip, 1 + clip)))
+        v = self.value(obs)
+        if c.clip_vloss:
+            v_clipped = old_values + bk.clip(v - old_values, -clip, clip)
+            v_loss = 0.5 * bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
+        else:
+            v_loss = 0.5 * bk.mean(bk.mse(v, returns))
+        entropy = bk.mean(d.entropy())
+        loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
+        grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        with bk.no_grad():
+            approx_kl = bk.item(bk.mean((ratio - 1.0) - log_ratio))
+            clip_frac = bk.item(bk.mean(bk.tensor(np.abs(bk.numpy(ratio) - 1.0) > clip)))
+        return {
+            "losses/policy_loss": bk.item(pg_loss),
+            "losses/value_loss": bk.item(v_loss),
+            "losses/entropy": bk.item(entropy),
+            "losses/approx_kl": approx_kl,
+            "losses/clip_fraction": clip_frac,
+            "losses/grad_norm": grad_norm,
+        }
+
+    def set_schedule(self, progress: float) -> float:
+        """Anneal learning rate / clip range; ``progress`` in [0, 1]. Returns the lr."""
+        c = self.config
+        frac = 1.0 - min(max(progress, 0.0), 1.0)
+        lr = c.learning_rate * frac if c.anneal_lr else c.learning_rate
+        self.backend.set_lr(self.optimizer, lr)
+        self.clip_range = c.clip_range * frac if c.anneal_clip else c.clip_range
+        return lr
+
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        state = {"net": bk.state(self.net), "optimizer": bk.state(self.optimizer)}
+        if not self.discrete:
+            state["log_std"] = bk.state(self.log_std)
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        bk = self.backend
+        bk.load_state(self.net, state["net"])
+        bk.load_state(self.optimizer, state["optimizer"])
+        if not self.discrete:
+            bk.load_state(self.log_std, state["log_std"])
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        weights = self.backend.get_weights(self.net)
+        if not self.discrete:
+            weights["log_std"] = self.backend.numpy(self.log_std)
+        return weights
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        w = dict(weights)
+        log_std = w.pop("log_std", None)
+        self.backend.set_weights(self.net, w)
+        if log_std is not None:
+            self.backend.load_state(self.log_std, self.backend.tensor(log_std))
+
+
+class PPOAgent(Agent):
+    """Rollout collection, truncation bootstrapping, GAE and the epoch/minibatch loop."""
+
+    algorithm: PPO
+    config: PPOConfig
+
+    def __init__(
+        self, algorithm: PPO, info: EnvInfo, config: PPOConfig, *, seed: int, total_steps: int
+    ) -> None:
+        super().__init__(algorithm, info, config)
+        self.name = "ppo"
+        self.rollout_len = config.n_steps
+        self.total_steps = max(1, total_steps)
+        self.rng = np.random.default_rng(seed)
+        discrete = info.action.kind == "discrete"
+        self.buffer = RolloutBuffer(
+            config.n_steps,
+            info.num_envs,
+            info.observation.shape,
+            () if discrete else info.action.shape,
+            action_dtype=np.int64 if discrete else np.float32,
+        )
+        if not discrete:
+            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
+            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
+        self.discrete = discrete
+        self.env_steps = 0
+        self.updates = 0
+        self._last_next_obs: np.ndarray | None = None
+
+    def _to_env(self, actions: np.ndarray) -> np.ndarray:
+        return actions if self.discrete else np.clip(actions, self.low, self.high)
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions, log_probs, values = self.algorithm.act(obs, greedy=False)
+        extras = {"log_prob": log_probs, "value": values, "action": actions}
+        return self._to_env(actions), extras
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        return self._to_env(self.algorithm.act(obs, greedy=True)[0])
+
+    def observe(self, transition: Transition) -> None:
+        t = transition
+        rewards = t.rewards.astype(np.float32)
+        truncated = t.truncated & ~t.terminated
+        if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
+            idx = np.flatnonzero(truncated)
+            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
+        dones = (t.terminated | t.truncated).astype(np.float32)
+        x = t.extras
+        self.buffer.add(t.obs, x["action"], rewards, dones, x["value"], x["log_prob"])
+        self._last_next_obs = t.next_obs
+        self.env_steps += len(t.obs)
+
+    def learn(self) -> dict[str, float]:
+        if not self.buffer.full or self._last_next_obs is None:
+            return {}
+        c = self.config
+        lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
+        last_values = self.algorithm.values(self._last_next_obs)
+        self.buffer.compute_gae(last_values, c.gamma, c.gae_lambda)
+        totals: dict[str, float] = {}
+        count = 0
+        for _ in range(c.n_epochs):
+            for batch in self.buffer.minibatches(
+                c.batch_size, self.rng, normalize_advantages=c.normalize_advantage
+            ):
+                metrics = self.algorithm.learn(batch)
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                count += 1
+            if c.target_kl is not None and metrics["losses/approx_kl"] > c.target_kl:
+                break
+        self.buffer.reset()
+        self.updates += 1
+        out = {k: v / max(count, 1) for k, v in totals.items()}
+        out["charts/learning_rate"] = lr
+        return out
+
+    def extra_state(self) -> dict[str, Any]:
+        return {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def make_agent(
+    info: EnvInfo, backend: Backend, config: PPOConfig, *, seed: int = 0, total_steps: int = 1
+) -> PPOAgent:
+    return PPOAgent(PPO(backend, info, config), info, config, seed=seed, total_steps=total_steps)

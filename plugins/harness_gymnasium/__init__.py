@@ -1,0 +1,1 @@
+"""The gymnasium env plugin for harness: any registered id, sync or async vector envs."""

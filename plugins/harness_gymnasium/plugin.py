@@ -1,0 +1,89 @@
+"""Registers the ``gymnasium`` env family: every id in gymnasium's registry.
+
+Vector envs use gymnasium's SAME_STEP autoreset: the step that ends an episode returns the reset
+observation and puts the true final observation in ``infos["final_obs"]``, which is what
+harness's runner expects from every env plugin (see harness.testing.check_env).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import hookimpl
+from harness.errors import ConfigError
+from harness.registry import EnvSpec
+
+
+@dataclass
+class GymConfig:
+    """Options of the gymnasium env family ([env] section)."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to gymnasium.make (e.g. {continuous = true})."""
+    max_episode_steps: int | None = None
+    """Override the registered time limit."""
+
+
+def accepts(env_id: str) -> bool:
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return True
+
+
+def known_ids() -> list[str]:
+    import gymnasium as gym
+
+    return list(gym.registry)
+
+
+def make_env(
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    seed: int | None = None,
+    vector: str = "sync",
+    options: GymConfig | None = None,
+) -> Any:
+    """A gymnasium VectorEnv with SAME_STEP autoreset, reset with ``seed`` when given."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    options = options or GymConfig()
+    if vector not in ("sync", "async"):
+        raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
+    make_kwargs = dict(options.kwargs)
+    if options.max_episode_steps is not None:
+        make_kwargs["max_episode_steps"] = options.max_episode_steps
+    try:
+        envs = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vector,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            **make_kwargs,
+        )
+    except TypeError as exc:
+        raise ConfigError(f"[env] kwargs {make_kwargs} do not fit {env_id}: {exc}.") from None
+    if seed is not None:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+    return envs
+
+
+@hookimpl
+def harness_register_envs() -> list[EnvSpec]:
+    return [
+        EnvSpec(
+            "gymnasium",
+            make_env=make_env,
+            accepts=accepts,
+            config_cls=GymConfig,
+            known_ids=known_ids,
+            description="any id in gymnasium's registry (classic control, box2d, mujoco, ale)",
+        )
+    ]

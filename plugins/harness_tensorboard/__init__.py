@@ -1,0 +1,1 @@
+"""The TensorBoard tracker plugin for harness."""

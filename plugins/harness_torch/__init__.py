@@ -1,0 +1,1 @@
+"""The torch backend plugin for harness (CPU and CUDA)."""

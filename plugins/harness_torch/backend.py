@@ -1,0 +1,268 @@
+"""The torch implementation of :class:`harness.api.Backend`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+from harness_torch.plugin import TorchConfig
+
+log = logging.getLogger(__name__)
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+_DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool, "uint8": torch.uint8}
+
+
+def cpu_share(processes_per_host: int) -> int:
+    """CPUs this process may use, divided among the harness processes sharing the host."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, processes_per_host))
+
+
+class _Categorical:
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits - logits.logsumexp(-1, keepdim=True)
+
+    def sample(self) -> torch.Tensor:
+        return torch.multinomial(self.logits.exp(), 1).squeeze(-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logits.exp() * self.logits).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+
+class _Normal:
+    """Diagonal Gaussian; log_prob and entropy sum over the action dimensions."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor) -> None:
+        self.mean = mean
+        self.log_std = log_std.expand_as(mean)
+
+    def sample(self) -> torch.Tensor:
+        return self.mean + self.log_std.exp() * torch.randn_like(self.mean)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+
+class TorchBackend:
+    """PyTorch on CPU or CUDA. Thread count sized to the process's CPU share."""
+
+    name = "torch"
+
+    def __init__(self, config: TorchConfig) -> None:
+        self.config = config
+        self.device = self._pick_device(config.device)
+        self._device = torch.device(self.device)
+        threads = config.threads or cpu_share(config.processes_per_host)
+        torch.set_num_threads(threads)
+        if config.deterministic:
+            torch.use_deterministic_algorithms(True)
+        log.info("torch %s on %s with %d threads", torch.__version__, self.device, threads)
+
+    @staticmethod
+    def _pick_device(requested: str) -> str:
+        if requested == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if requested.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(
+                f"[backend] device = {requested!r} but CUDA is not available to torch "
+                f"{torch.__version__}. Use device = 'auto' or 'cpu'."
+            )
+        if requested != "cpu" and not requested.startswith("cuda"):
+            raise ConfigError(
+                f"[backend] device = {requested!r} is not 'auto', 'cpu', 'cuda' or 'cuda:N'."
+            )
+        return requested
+
+    # --- models ---------------------------------------------------------------------------
+    def mlp(
+        self,
+        in_dim: int,
+        hidden: Sequence[int],
+        out_dim: int,
+        *,
+        activation: str = "tanh",
+        out_gain: float = 1.0,
+        activate_output: bool = False,
+    ) -> nn.Module:
+        act = _ACTIVATIONS.get(activation)
+        if act is None:
+            raise ConfigError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}.")
+        layers: list[nn.Module] = []
+        last = in_dim
+        for width in hidden:
+            layers += [_init(nn.Linear(last, width), math.sqrt(2)), act()]
+            last = width
+        layers.append(_init(nn.Linear(last, out_dim), out_gain))
+        if activate_output:
+            layers.append(act())
+        return nn.Sequential(nn.Flatten(), *layers).to(self._device)
+
+    def group(self, **models: Any) -> nn.ModuleDict:
+        return nn.ModuleDict(models)
+
+    # --- tensors --------------------------------------------------------------------------
+    def tensor(self, x: Any, dtype: str = "float32") -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x), dtype=_DTYPES[dtype], device=self._device)
+
+    def numpy(self, x: torch.Tensor) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+    def no_grad(self) -> AbstractContextManager[Any]:
+        return torch.no_grad()
+
+    def gather(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return x.gather(-1, index.long().unsqueeze(-1)).squeeze(-1)
+
+    def clip(self, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return x.clamp(low, high)
+
+    def minimum(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(a, b)
+
+    def maximum(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(a, b)
+
+    def exp(self, x: torch.Tensor) -> torch.Tensor:
+        return x.exp()
+
+    def mean(self, x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+        return x.mean() if axis is None else x.mean(dim=axis)
+
+    def sum(self, x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+        return x.sum() if axis is None else x.sum(dim=axis)
+
+    def max(self, x: torch.Tensor, axis: int) -> torch.Tensor:
+        return x.max(dim=axis).values
+
+    def argmax(self, x: torch.Tensor, axis: int) -> torch.Tensor:
+        return x.argmax(dim=axis)
+
+    def mse(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(a, b, reduction="none")
+
+    def smooth_l1(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return nn.functional.smooth_l1_loss(a, b, reduction="none")
+
+    def item(self, x: torch.Tensor) -> float:
+        return float(x.item())
+
+    # --- distributions --------------------------------------------------------------------
+    def categorical(self, logits: torch.Tensor) -> _Categorical:
+        return _Categorical(logits)
+
+    def normal(self, mean: torch.Tensor, log_std: torch.Tensor) -> _Normal:
+        return _Normal(mean, log_std)
+
+    def parameter(self, value: np.ndarray) -> nn.Parameter:
+        return nn.Parameter(torch.as_tensor(value, dtype=torch.float32, device=self._device))
+
+    # --- training -------------------------------------------------------------------------
+    def optimizer(self, *models: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+        params: list[nn.Parameter] = []
+        for m in models:
+            params += [m] if isinstance(m, nn.Parameter) else list(m.parameters())
+        return torch.optim.Adam(params, lr=lr, eps=eps)
+
+    def update(
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        *,
+        max_grad_norm: float | None = None,
+    ) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        limit = max_grad_norm if max_grad_norm is not None else float("inf")
+        norm = nn.utils.clip_grad_norm_(params, limit)
+        optimizer.step()
+        return float(norm)
+
+    def set_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def copy_weights(self, target: nn.Module, source: nn.Module, tau: float = 1.0) -> None:
+        t_params = list(target.parameters())
+        s_params = list(source.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(t_params, s_params)
+        else:
+            torch._foreach_lerp_(t_params, s_params, tau)
+
+    # --- state ----------------------------------------------------------------------------
+    def get_weights(self, model: nn.Module) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+    def set_weights(self, model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+        state = {k: torch.as_tensor(v) for k, v in weights.items()}
+        model.load_state_dict(state)
+
+    def state(self, obj: Any) -> Any:
+        if isinstance(obj, nn.Parameter):
+            return obj.detach().cpu().clone()
+        return obj.state_dict()
+
+    def load_state(self, obj: Any, state: Any) -> None:
+        if isinstance(obj, nn.Parameter):
+            with torch.no_grad():
+                obj.copy_(state)
+            return
+        obj.load_state_dict(state)
+
+    def save(self, payload: Mapping[str, Any], path: Path) -> None:
+        torch.save(dict(payload), path)
+
+    def load(self, path: Path) -> dict[str, Any]:
+        # weights_only=False: optimiser and RNG states are plain containers, but the file is one
+        # this process family wrote into its own run directory (never a network peer's bytes).
+        payload: dict[str, Any] = torch.load(path, map_location=self._device, weights_only=False)
+        return payload
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def rng_state(self) -> Any:
+        state = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def set_rng_state(self, state: Any) -> None:
+        torch.set_rng_state(state["cpu"].cpu())
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: creates .venv, installs harness with its extras (torch
+# pinned through constraints.txt to the CPU build CI uses), then runs the requested job.
+#   bash tools/dev.sh run     -> trains the quick-start pack (competitions/cartpole)
+#   bash tools/dev.sh test    -> format check, lint, types, then the test suite
+# Extra arguments after the job name go to `harness run` / pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+job="${1:-test}"
+shift || true
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.harness-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[torch,dev]'
+  touch "$stamp"
+fi
+
+case "$job" in
+  run)
+    exec .venv/bin/harness run competitions/cartpole "$@"
+    ;;
+  test)
+    .venv/bin/ruff format --check .
+    .venv/bin/ruff check .
+    .venv/bin/mypy
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: bash tools/dev.sh run|test [args...]" >&2
+    exit 2
+    ;;
+esac
