@@ -102,8 +102,10 @@ class Backend(Protocol):
         out_gain: float = 1.0,
         activate_output: bool = False,
     ) -> Model:
-        """A fully connected network with orthogonal init; ``out_gain`` scales the last layer;
-        ``activate_output`` applies the activation after it too (a feature trunk)."""
+        """A fully connected network with orthogonal init taking ``(B, *obs_shape)`` and
+        flattening every axis after the batch axis (so ``in_dim`` is the flat size);
+        ``out_gain`` scales the last layer; ``activate_output`` applies the activation after it
+        too (a feature trunk)."""
         ...
 
     def group(self, **models: Model) -> Any:
@@ -141,6 +143,10 @@ class Backend(Protocol):
     def normal(self, mean: Tensor, log_std: Tensor) -> Distribution: ...
     def parameter(self, value: np.ndarray) -> Any:
         """A free trainable tensor (e.g. a state-independent log-std)."""
+        ...
+
+    def assign(self, parameter: Any, value: np.ndarray) -> None:
+        """Overwrite a :meth:`parameter` in place from numpy (no gradient)."""
         ...
 
     # --- training ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ EXIT_USAGE = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.plugins = [*args.plugins_top, *getattr(args, "plugins", [])]
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose > 1
@@ -105,24 +106,39 @@ class _LazyEpilogParser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def _parser() -> argparse.ArgumentParser:
+def _common(top: bool) -> argparse.ArgumentParser:
+    """Options accepted before and after the subcommand (``harness -p no:x run ...`` and
+    ``harness run -p no:x ...``). Subcommand copies default to SUPPRESS so they do not
+    overwrite what was given before the subcommand; ``-p`` values from both places add up."""
     common = argparse.ArgumentParser(add_help=False)
+    default: Any = None if top else argparse.SUPPRESS
     common.add_argument(
         "-p",
-        dest="plugins",
+        dest="plugins_top" if top else "plugins",
         action="append",
-        default=[],
+        default=[] if top else argparse.SUPPRESS,
         metavar="NAME",
         help="load plugin NAME (an entry point or module) even with autoloading off; "
         "-p no:NAME blocks plugin NAME",
     )
-    common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else default,
+        help="show tracebacks for errors",
+    )
+    common.add_argument(
+        "-v", "--verbose", action="count", default=0 if top else default, help="more logging"
+    )
+    return common
 
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common(top=False)
     parser = argparse.ArgumentParser(
         prog="harness",
         description="A plugin-based harness for (distributed) reinforcement learning.",
-        parents=[common],
+        parents=[_common(top=True)],
         epilog="Plugins: HARNESS_DISABLE_PLUGIN_AUTOLOAD=1 disables entry-point loading, "
         "HARNESS_TRACE=1 logs every hook call (with -v).",
     )
@@ -308,6 +324,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     console.print(table)
     for name, error in sorted(pm.broken.items()):
         console.print(f"[red]broken[/red] {name}: {error}", markup=True, highlight=False)
+    for name in sorted(pm.blocked_names):
+        console.print(
+            f"[yellow]blocked[/yellow] {name} (-p no:{name})", markup=True, highlight=False
+        )
     blocked = sorted(n for n in pm.get_plugins() if False)  # placeholder for symmetry
     del blocked
     return 0

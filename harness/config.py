@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import itertools
 import json
+import logging
 import os
 import textwrap
 import tomllib
@@ -30,6 +31,8 @@ from typing import Any
 
 from harness.errors import ConfigError, PluginError, did_you_mean
 from harness.registry import Registry
+
+log = logging.getLogger(__name__)
 
 SECTIONS = ("run", "algo", "env", "backend")
 PACK_FILE_NAMES = ("pack.toml", "pack.yaml", "pack.yml")
@@ -448,8 +451,14 @@ def resolve(raw: RawConfig, registry: Registry) -> Config:
     except PluginError as exc:
         raise ConfigError(f"{sources.get('run.env', 'default')}: [run] env: {exc}") from None
     backend_spec = pick("backends", run.backend, "backend")
-    for tracker in run.trackers:
-        pick("trackers", tracker, "trackers")
+    if "run.trackers" in sources:
+        for tracker in run.trackers:
+            pick("trackers", tracker, "trackers")
+    else:  # the default list names optional plugins: skip the ones not installed
+        missing = [t for t in run.trackers if t not in registry.trackers]
+        if missing:
+            log.warning("tracker plugins %s are not installed; running without them", missing)
+        run.trackers = [t for t in run.trackers if t in registry.trackers]
 
     def section(name: str, cls: type[Any] | None, owner: str) -> Any:
         values = raw.algo_section(run.algo) if name == "algo" else raw.sections[name]

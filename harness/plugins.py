@@ -51,6 +51,11 @@ class HarnessPluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self.broken: dict[str, str] = {}
+        self.blocked_names: set[str] = set()
+
+    def set_blocked(self, name: str) -> None:
+        super().set_blocked(name)
+        self.blocked_names.add(name)
 
     def register_plugin(
         self, plugin: Any, name: str, *, distribution: str = "", version: str = ""
@@ -152,6 +157,7 @@ def collect_registry(pm: HarnessPluginManager) -> Registry:
             name = impl.plugin_name
             if name in pm.broken:
                 continue
+            pm.trace.root.get("hook")(f"harness_register_{kind}", f"[plugin {name}]")
             try:
                 records = list(impl.function() or ())
                 for record in records:

@@ -79,7 +79,7 @@ def torch_backend() -> Any:
     if module in pm.broken:
         pytest.fail(f"the torch backend plugin is broken: {pm.broken[module]}")
     spec = collect_registry(pm).backends.get("torch")
-    config = spec.config_cls(device="cpu") if spec.config_cls is not None else None
+    config = spec.config_cls(device="cpu", threads=1) if spec.config_cls is not None else None
     backend = spec.load(config)
     backend.seed(0)
     return backend

@@ -33,7 +33,10 @@ class AlgorithmSpec:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """An environment family: ``make_env(env_id, options, seed, num_envs) -> VectorEnv``.
+    """An environment family:
+    ``make_env(env_id, *, num_envs, seed, vector, options) -> VectorEnv`` (gymnasium's vector API
+    with SAME_STEP autoreset; ``vector`` is 'sync' or 'async'; ``options`` an instance of
+    ``config_cls`` or None).
 
     ``accepts(env_id)`` tells the runner whether this family can build ``env_id``; the first
     accepting family (in plugin order) wins, so a specific family can sit beside a generic one.

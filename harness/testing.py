@@ -722,10 +722,10 @@ def check_algorithm(
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "checkpoint"
         agent.save(directory)
-        expected = agent.sample(probe)[0], agent.predict(odd_batch), _snapshot(agent.weights())
+        expected = _samples(agent, probe), agent.predict(odd_batch), _snapshot(agent.weights())
         restored = make(seed + 1)
         restored.restore(directory)
-        actual = restored.sample(probe)[0], restored.predict(odd_batch), restored.weights()
+        actual = _samples(restored, probe), restored.predict(odd_batch), restored.weights()
     _check(_same(expected[2], actual[2]), who, "restore(save()) gave different weights()")
     _close(
         who,
@@ -760,6 +760,11 @@ def check_algorithm(
         rtol=1e-6,
         atol=1e-6,
     )
+
+
+def _samples(agent: Any, obs: np.ndarray, draws: int = 8) -> np.ndarray:
+    """Several sample() calls in a row, so a lucky match of random actions is unlikely."""
+    return np.stack([agent.sample(obs)[0] for _ in range(draws)])
 
 
 def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: str) -> None:

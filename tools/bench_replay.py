@@ -21,7 +21,9 @@ What is measured, per case (CartPole-like and Atari-like observations), batch si
 Every buffer is completely filled with non-constant data before timing (untouched zero pages
 would make gathers unrealistically cache friendly), so adds overwrite old data as in a long run.
 Each number is the median over ``--repeats`` timed runs (after a warm-up); ratios are medians
-of harness divided by medians of SB3.
+of harness divided by medians of SB3.  Repeats are interleaved across implementations so that
+background load hits all of them alike; ``--timer cpu`` measures single-core CPU time instead of
+wall time, which is far less sensitive to other processes on a shared machine.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import logging
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -205,15 +208,18 @@ class SB3Adapter:
 
 
 # ------------------------------------------------------------------------------ timing
+CLOCK: Callable[[], float] = time.perf_counter
+
+
 def timed_rate(fn: Callable[[int], Any], iters: int) -> float:
     """Calls per second of one timed loop of ``iters`` calls ``fn(i)`` (GC paused)."""
     gc.collect()
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for i in range(iters):
             fn(i)
-        elapsed = time.perf_counter() - t0
+        elapsed = CLOCK() - t0
     finally:
         gc.enable()
     return iters / elapsed
@@ -329,31 +335,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case", choices=("all", "cartpole", "atari"), default="all", help="which cases to run"
     )
+    parser.add_argument(
+        "--timer",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: time.perf_counter (default). cpu: time.process_time with torch limited to one"
+        " thread, i.e. single-core CPU seconds; use it when other processes load the machine",
+    )
+    parser.add_argument("--table-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table_only and args.case == "all":
+        parser.error("--table-only needs a single --case")
+    global CLOCK
+    if args.timer == "cpu":
+        CLOCK = time.process_time
+        torch.set_num_threads(1)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
     if repeats < 1:
         parser.error("--repeats must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
 
-    selected = cases(args.quick)
-    if args.case == "cartpole":
-        selected = selected[:1]
-    elif args.case == "atari":
-        selected = selected[1:]
+    names = ("cartpole", "atari")
+    selected = dict(zip(names, cases(args.quick), strict=True))
 
+    if args.table_only:  # child process: one case, table only
+        sys.stdout.write(table(selected[args.case], run_case(selected[args.case], repeats)))
+        return 0
+
+    command = " ".join(["python" if argv is not None else sys.executable, *sys.argv[1:]])
     out = [
-        f"Date: {dt.date.today().isoformat()}; command: `{' '.join([sys.executable, *sys.argv])}`"
+        f"Date: {dt.date.today().isoformat()}; command: `{sys.argv[0]} {command}`"
         if argv is None
         else f"Date: {dt.date.today().isoformat()}",
         f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
         f" ({torch.get_num_threads()} threads), stable-baselines3 {stable_baselines3.__version__};"
-        f" {platform.machine()}, {os.cpu_count()} CPUs; repeats={repeats}"
+        f" {platform.machine()}, {os.cpu_count()} CPUs; repeats={repeats}; timer={args.timer}"
         + (" (--quick)" if args.quick else ""),
         "",
     ]
-    for case in selected:
-        results = run_case(case, repeats)
-        out += [table(case, results), ""]
+    # Each case runs in a fresh interpreter: the cost of large allocations depends on the
+    # allocator's history (heap trimming, transparent huge pages), so running the Atari case
+    # after the CartPole one in the same process would measure leftovers of the latter.
+    for name in names if args.case == "all" else (args.case,):
+        child = [sys.executable, os.path.abspath(__file__), "--case", name, "--table-only"]
+        child += ["--repeats", str(repeats), "--timer", args.timer]
+        child += ["--quick"] if args.quick else []
+        result = subprocess.run(child, stdout=subprocess.PIPE, text=True, check=True)
+        out += [result.stdout, ""]
     sys.stdout.write("\n".join(out))
     sys.stdout.flush()
     return 0

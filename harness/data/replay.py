@@ -3,14 +3,19 @@
 Design notes (the *why*):
 
 * Storage is preallocated once (``capacity`` rows per field) so that adding a transition is a
-  plain slice assignment: no Python lists, no per-step allocation, and memory use is known up
-  front (an Atari-sized buffer fails at construction, not after hours of training).
+  plain slice assignment: no Python lists, no per-step allocation, and the memory footprint is
+  ``capacity`` times the row size from the start (the OS commits the pages as rows are first
+  written).
 * ``add`` accepts one transition or a batch from ``N`` vectorised environments.  A batch is
   written with at most two slice copies (the second only when the write wraps around the end of
   the ring), never with a Python loop over rows.
 * Sampling uses the buffer's own :class:`numpy.random.Generator`, whose state is part of
   :meth:`ReplayMemory.state_dict`, so a run resumed from a checkpoint draws exactly the batches
   the uninterrupted run would have drawn.
+* Sampling large observations (e.g. image stacks) writes into recycled output arrays that no
+  caller references any more, instead of fresh multi-megabyte allocations whose page faults
+  cost more than the copy (see :meth:`ReplayMemory._take_recycled`).  Returned batches are
+  never modified while anything still references them.
 * Checkpoints are plain ``.npz`` files (no pickle, loadable with ``allow_pickle=False``) and are
   written atomically (temporary file in the same directory + :func:`os.replace`): a crash while
   saving leaves the previous checkpoint intact.
@@ -24,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
@@ -40,6 +46,25 @@ Array = npt.NDArray[Any]
 
 #: Value of the ``format`` entry that marks a state dict / ``.npz`` file as ours.
 STATE_FORMAT = "harness.replay"
+#: Sampled observation batches at least this large are written into recycled arrays (see
+#: ReplayMemory._take_recycled); smaller ones are cheap to allocate.
+_RECYCLE_MIN_BYTES = 1 << 20
+#: Recycled arrays kept per field.
+_POOL_SIZE = 3
+
+
+def _refcount_of_pooled() -> int:
+    """Reference count that sys.getrefcount reports for an array held only by a list.
+
+    Measured rather than hard-coded (2 on CPython 3.11) so the recycling check stays right if
+    the interpreter counts differently; _take_recycled's loop variable adds one more.
+    """
+    pool = [np.empty(1)]
+    return sys.getrefcount(pool[0])
+
+
+_UNUSED_REFCOUNT = _refcount_of_pooled()
+
 #: Bumped when the layout of the state dict changes incompatibly.
 STATE_VERSION = 1
 
@@ -107,6 +132,17 @@ class ReplayMemory:
         self._pos = 0
         self._size = 0
         self._rng = np.random.default_rng(seed)
+        # Reusable output arrays for large sampled observations (see _take_recycled).
+        self._obs_row_bytes = self._obs.itemsize * int(np.prod(self._obs_shape, dtype=np.int64))
+        self._obs_pool: list[Array] = []
+        self._next_obs_pool: list[Array] = []
+        # Only call the write hook when a subclass overrides it (saves a call per add).
+        # (A flag, not a stored bound method: that would make a reference cycle and delay
+        # freeing a possibly huge buffer until the cyclic garbage collector runs.)
+        self._has_write_hook = type(self)._on_write is not ReplayMemory._on_write
+        # Expected argument shapes of the last batch size seen by add() (see _add_batch).
+        self._batch_n = -1
+        self._batch_shapes: tuple[tuple[int, ...], ...] = ()
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -184,28 +220,32 @@ class ReplayMemory:
         self._pos = pos + 1 if pos + 1 < self._capacity else 0
         if self._size < self._capacity:
             self._size += 1
-        self._on_write(pos, 1)
+        if self._has_write_hook:
+            self._on_write(pos, 1)
 
     def _add_batch(self, obs: Array, action: Any, reward: Any, next_obs: Any, done: Any) -> None:
-        # isinstance checks instead of unconditional np.asarray: this runs once per env step
-        # and per-call overhead is what dominates for small observations.
+        # isinstance checks instead of unconditional np.asarray, and expected shapes cached per
+        # batch size: this runs once per env step and per-call overhead is what dominates for
+        # small observations.
         n = obs.shape[0]
+        if n != self._batch_n:
+            self._batch_n = n
+            obs_shape = (n, *self._obs_shape)
+            self._batch_shapes = (obs_shape, obs_shape, (n, *self._action_shape), (n,), (n,))
         next_arr = next_obs if isinstance(next_obs, np.ndarray) else np.asarray(next_obs)
         actions = action if isinstance(action, np.ndarray) else np.asarray(action)
         rewards = reward if isinstance(reward, np.ndarray) else np.asarray(reward)
         dones = done if isinstance(done, np.ndarray) else np.asarray(done)
-        if obs.shape[1:] != self._obs_shape:
-            raise ValueError(f"obs has shape {obs.shape}, expected (N, *{self._obs_shape})")
-        if next_arr.shape != obs.shape:
-            raise ValueError(f"next_obs has shape {next_arr.shape}, expected {obs.shape}")
-        if actions.shape[1:] != self._action_shape or actions.shape[0] != n:
-            raise ValueError(
-                f"action has shape {actions.shape}, expected {(n, *self._action_shape)}"
-            )
-        if rewards.shape != (n,):
-            raise ValueError(f"reward has shape {rewards.shape}, expected ({n},)")
-        if dones.shape != (n,):
-            raise ValueError(f"done has shape {dones.shape}, expected ({n},)")
+        shapes = (obs.shape, next_arr.shape, actions.shape, rewards.shape, dones.shape)
+        if shapes != self._batch_shapes:  # one comparison on the happy path
+            for name, got, want in zip(
+                ("obs", "next_obs", "action", "reward", "done"),
+                shapes,
+                self._batch_shapes,
+                strict=True,
+            ):
+                if got != want:
+                    raise ValueError(f"{name} has shape {got}, expected {want}")
         if n == 1:
             # One env: integer-indexed writes of row views/scalars are markedly cheaper than
             # five slice assignments (numpy's per-call overhead dominates at this size).
@@ -224,7 +264,8 @@ class ReplayMemory:
             self._pos = end if end < cap else 0
             if self._size < cap:
                 self._size = min(self._size + n, cap)
-            self._on_write(start, n)
+            if self._has_write_hook:
+                self._on_write(start, n)
             return
         if n == 0:
             return
@@ -251,7 +292,8 @@ class ReplayMemory:
             dst[:rest] = src[first:]
         self._pos = rest % cap
         self._size = min(self._size + n, cap)
-        self._on_write(start, count)
+        if self._has_write_hook:
+            self._on_write(start, count)
 
     def _on_write(self, start: int, count: int) -> None:
         """Subclass hook: ``count`` slots from ``start`` (mod capacity) were just written."""
@@ -273,15 +315,50 @@ class ReplayMemory:
         self, indices: npt.NDArray[np.int64], weights: npt.NDArray[np.float32]
     ) -> ReplayBatch:
         # ndarray.take along axis 0 is measurably faster than fancy indexing for small batches.
+        if indices.size * self._obs_row_bytes >= _RECYCLE_MIN_BYTES:
+            obs = self._take_recycled(self._obs, indices, self._obs_pool)
+            next_obs = self._take_recycled(self._next_obs, indices, self._next_obs_pool)
+        else:
+            obs = self._obs.take(indices, axis=0)
+            next_obs = self._next_obs.take(indices, axis=0)
         return ReplayBatch(
-            obs=self._obs.take(indices, axis=0),
+            obs=obs,
             actions=self._actions.take(indices, axis=0),
             rewards=self._rewards.take(indices),
-            next_obs=self._next_obs.take(indices, axis=0),
+            next_obs=next_obs,
             dones=self._dones.take(indices),
             weights=weights,
             indices=indices,
         )
+
+    @staticmethod
+    def _take_recycled(source: Array, indices: npt.NDArray[np.int64], pool: list[Array]) -> Array:
+        """``source.take(indices, axis=0)`` into an array from ``pool`` that nobody uses any more.
+
+        Why: a batch of image observations is megabytes, and a fresh allocation that size comes
+        from the OS as new pages that must be faulted in and zeroed on every sample; profiling
+        showed that costing several times the copy itself.  An array whose only references are
+        the pool's own can be overwritten without anyone noticing: every way to keep using it
+        (the ReplayBatch, a view, a torch tensor made with torch.as_tensor/from_numpy, a
+        memoryview) holds a reference.  Busy arrays are simply skipped, and the pool keeps at
+        most _POOL_SIZE arrays, so e.g. ``batch = memory.sample(n)`` (where the previous batch
+        is still alive during the call) alternates between two buffers.
+        """
+        shape = (indices.size, *source.shape[1:])
+        out = None
+        for candidate in pool:
+            if sys.getrefcount(candidate) <= _UNUSED_REFCOUNT + 1 and candidate.shape == shape:
+                out = candidate
+                break
+        if out is None:
+            out = np.empty(shape, dtype=source.dtype)
+            pool.append(out)
+            if len(pool) > _POOL_SIZE:
+                del pool[0]
+        # Indices are in range by construction; mode="clip" also stops numpy from buffering
+        # `out` through a temporary copy, which it does for the default mode="raise".
+        np.take(source, indices, axis=0, out=out, mode="clip")
+        return out
 
     # ------------------------------------------------------------------ checkpointing
     def _state_arrays(self) -> dict[str, Array]:

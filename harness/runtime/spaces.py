@@ -13,6 +13,11 @@ from harness.errors import IncompatibleError
 
 def space_info(space: Any) -> SpaceInfo:
     if hasattr(space, "n") and not hasattr(space, "nvec"):
+        if int(getattr(space, "start", 0)) != 0:
+            raise IncompatibleError(
+                f"Discrete space {space!r} starts at {space.start}; harness algorithms emit "
+                f"actions 0..n-1. Wrap the env to shift its actions to start at 0."
+            )
         return SpaceInfo("discrete", (), str(np.dtype(space.dtype)), n=int(space.n))
     if hasattr(space, "low") and hasattr(space, "high"):
         return SpaceInfo(

@@ -174,7 +174,7 @@ class PPO(Algorithm):
         log_std = w.pop("log_std", None)
         self.backend.set_weights(self.net, w)
         if log_std is not None:
-            self.backend.load_state(self.log_std, self.backend.tensor(log_std))
+            self.backend.assign(self.log_std, log_std)
 
 
 class PPOAgent(Agent):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -183,6 +184,10 @@ class TorchBackend:
     def parameter(self, value: np.ndarray) -> nn.Parameter:
         return nn.Parameter(torch.as_tensor(value, dtype=torch.float32, device=self._device))
 
+    @torch.no_grad()
+    def assign(self, parameter: nn.Parameter, value: np.ndarray) -> None:
+        parameter.copy_(torch.as_tensor(value, dtype=parameter.dtype))
+
     # --- training -------------------------------------------------------------------------
     def optimizer(self, *models: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         params: list[nn.Parameter] = []
@@ -227,9 +232,10 @@ class TorchBackend:
         model.load_state_dict(state)
 
     def state(self, obj: Any) -> Any:
+        # a copy, not state_dict()'s live views: a snapshot must not follow later updates
         if isinstance(obj, nn.Parameter):
             return obj.detach().cpu().clone()
-        return obj.state_dict()
+        return copy.deepcopy(obj.state_dict())
 
     def load_state(self, obj: Any, state: Any) -> None:
         if isinstance(obj, nn.Parameter):

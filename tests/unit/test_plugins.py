@@ -134,3 +134,17 @@ def test_core_imports_without_frameworks() -> None:
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_cli_lists_plugins_and_blocks_with_p_no(where: str) -> None:
+    import subprocess
+
+    cmd = [sys.executable, "-m", "harness.cli"]
+    listing = subprocess.run([*cmd, "plugins"], capture_output=True, text=True, check=True).stdout
+    for name in ("algos", "torch", "gymnasium", "tensorboard", "competitions", "builtin"):
+        assert name in listing
+    args = ["-p", "no:algos", "plugins"] if where == "before" else ["plugins", "-p", "no:algos"]
+    blocked = subprocess.run([*cmd, *args], capture_output=True, text=True, check=True).stdout
+    assert "algorithms: dqn" not in blocked and "backends: torch" in blocked
+    assert "blocked algos" in blocked

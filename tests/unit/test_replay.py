@@ -412,3 +412,71 @@ def test_prioritized_file_is_not_loaded_as_uniform(tmp_path: Path) -> None:
     per.save(tmp_path / "per.npz")
     with pytest.raises(ValueError, match="'kind'"):
         ReplayMemory.load(tmp_path / "per.npz")
+
+
+# ------------------------------------------------------------- large-batch recycling
+def big_memory() -> ReplayMemory:
+    """Observations large enough (256 rows * 4 KiB = 1 MiB) for recycled output arrays."""
+    layout = ((4, 32, 32), np.uint8, (), np.int64)
+    mem = make(300, layout, seed=0)
+    mem.add(*batch_of(list(range(300)), *layout))
+    return mem
+
+
+def check_rows(mem: ReplayMemory, batch: ReplayBatch) -> None:
+    ids = batch.rewards.astype(np.int64)
+    np.testing.assert_array_equal(ids, batch.indices)
+    np.testing.assert_array_equal(batch.obs[:, 0, 0, 0], (ids % 200).astype(np.uint8))
+    np.testing.assert_array_equal(batch.next_obs[:, 0, 0, 0], (ids % 200 + 1).astype(np.uint8))
+    assert np.all(batch.obs == batch.obs[:, :1, :1, :1])  # whole rows, not just corners
+
+
+def test_large_batches_are_never_overwritten_while_referenced() -> None:
+    mem = big_memory()
+    kept = [mem.sample(256) for _ in range(6)]  # all alive at once: no reuse possible
+    copies = [(b.obs.copy(), b.next_obs.copy()) for b in kept]
+    view = kept[0].obs[:10]
+    memview = memoryview(kept[1].next_obs)
+    first_view = view.copy()
+    first_memview = np.asarray(memview).copy()
+    del kept[:2]  # only the view / memoryview keep those two alive now
+    for _ in range(10):
+        check_rows(mem, mem.sample(256))
+    for batch, (obs, next_obs) in zip(kept, copies[2:], strict=True):
+        np.testing.assert_array_equal(batch.obs, obs)
+        np.testing.assert_array_equal(batch.next_obs, next_obs)
+    np.testing.assert_array_equal(view, first_view)
+    np.testing.assert_array_equal(np.asarray(memview), first_memview)
+    ids = {id(b.obs) for b in kept}
+    assert len(ids) == len(kept)
+
+
+def test_large_batch_memory_is_reused_once_released() -> None:
+    mem = big_memory()
+    batch = mem.sample(256)
+    address = batch.obs.ctypes.data
+    del batch
+    again = mem.sample(256)
+    assert again.obs.ctypes.data == address  # recycled, not freshly allocated
+    check_rows(mem, again)
+    # The usual loop `batch = sample()` keeps the previous batch alive during the call:
+    previous = again
+    for _ in range(5):
+        current = mem.sample(256)
+        assert not np.shares_memory(current.obs, previous.obs)
+        check_rows(mem, current)
+        check_rows(mem, previous)
+        previous = current
+
+
+def test_large_batch_converted_to_torch_is_not_overwritten() -> None:
+    """torch.as_tensor shares memory with the batch; the tensor alone must keep it safe."""
+    torch = pytest.importorskip("torch")
+    mem = big_memory()
+    batch = mem.sample(256)
+    tensor = torch.as_tensor(batch.obs)
+    expected = batch.obs.copy()
+    del batch
+    for _ in range(5):
+        mem.sample(256)
+    np.testing.assert_array_equal(tensor.numpy(), expected)

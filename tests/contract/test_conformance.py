@@ -1,0 +1,355 @@
+"""The first-party plugins pass the conformance checks third-party authors use
+(harness.testing), and each check fails on a deliberately broken component."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness import hookimpl
+from harness.api import EnvInfo, SpaceInfo
+from harness.errors import PluginError
+from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
+from harness.registry import AlgorithmSpec, EnvSpec, Registry, TransportSpec
+from harness.testing import check_algorithm, check_backend, check_env, check_transport
+
+# CartPole-shaped (with its +-3.4e38 "bounds") and a 2-d box with asymmetric action bounds,
+# so an agent that clips actions to [-1, 1] or ignores the low bound fails.
+DISCRETE = EnvInfo(
+    "discrete-test",
+    SpaceInfo(
+        "box",
+        (4,),
+        "float32",
+        low=(-4.8, -3.4e38, -0.42, -3.4e38),
+        high=(4.8, 3.4e38, 0.42, 3.4e38),
+    ),
+    SpaceInfo("discrete", (), "int64", n=2),
+    num_envs=2,
+)
+BOX = EnvInfo(
+    "box-test",
+    SpaceInfo("box", (3,), "float32", low=(-1.0, -1.0, -8.0), high=(1.0, 1.0, 8.0)),
+    SpaceInfo("box", (2,), "float32", low=(-2.0, 0.0), high=(2.0, 1.0)),
+    num_envs=2,
+)
+INFOS = {"discrete": DISCRETE, "box": BOX}
+
+
+@cache
+def first_party() -> tuple[HarnessPluginManager, Registry]:
+    """Every plugin the harness distribution itself declares, and nothing else installed."""
+    names = [
+        ep.name for ep in md.entry_points(group="harness") if ep.dist and ep.dist.name == "harness"
+    ]
+    pm = make_plugin_manager(autoload=False, load=names)
+    return pm, collect_registry(pm)
+
+
+def algorithm_cases() -> list[tuple[str, str]]:
+    _, registry = first_party()
+    return [
+        (name, kind) for name, spec in registry.algorithms.items() for kind in spec.action_spaces
+    ]
+
+
+def test_first_party_plugins_load() -> None:
+    pm, registry = first_party()
+    assert not pm.broken
+    assert {"gymnasium", "torch", "algos"} <= set(pm.infos)
+    assert {"dqn", "ppo"} <= set(registry.algorithms)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_gymnasium_env_family_conforms(env_id: str) -> None:
+    _, registry = first_party()
+    spec = registry.env_for(env_id)
+    assert spec.name == "gymnasium"
+    check_env(spec, env_id)
+
+
+def test_torch_backend_conforms() -> None:
+    pytest.importorskip("torch", reason="torch is not installed (pip install 'harness[torch]')")
+    spec = first_party()[1].backends.get("torch")
+    # One intra-op thread: a tiny MLP on two threads of a shared 2-core runner is ~15x slower.
+    backend = spec.load(spec.config_cls(device="cpu", threads=1) if spec.config_cls else None)
+    check_backend(backend)
+
+
+@pytest.mark.parametrize(("name", "kind"), algorithm_cases())
+def test_first_party_algorithm_conforms(name: str, kind: str, torch_backend: Any) -> None:
+    check_algorithm(first_party()[1].algorithms.get(name), torch_backend, INFOS[kind])
+
+
+# ------------------------------------------------------------------------------------------
+# The checks fail on broken components
+
+
+class VectorEnvProxy:
+    """A vector env whose methods can be replaced one at a time."""
+
+    def __init__(self, envs: Any, **overrides: Callable[..., Any]) -> None:
+        self.envs = envs
+        self.overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.overrides:
+            return lambda *args, **kwargs: self.overrides[name](self.envs, *args, **kwargs)
+        return getattr(self.envs, name)
+
+
+def gym_family(**overrides: Callable[..., Any]) -> EnvSpec:
+    """The real gymnasium family, with some vector-env methods replaced."""
+    real = first_party()[1].envs.get("gymnasium")
+
+    def make_env(env_id: str, **kwargs: Any) -> Any:
+        return VectorEnvProxy(real.make_env(env_id, **kwargs), **overrides)
+
+    return EnvSpec("broken", make_env, real.accepts, real.config_cls, plugin="tests")
+
+
+def shrink_obs(envs: Any, actions: Any) -> Any:
+    obs, *rest = envs.step(actions)
+    return (obs[:, :3], *rest)
+
+
+def float64_obs(envs: Any, actions: Any) -> Any:
+    obs, *rest = envs.step(actions)
+    return (obs.astype(np.float64), *rest)
+
+
+def ignore_seed(envs: Any, seed: Any = None, options: Any = None) -> Any:
+    return envs.reset(seed=secrets.randbits(31))  # an env that seeds itself from entropy
+
+
+BROKEN_ENVS = {
+    "obs shape": (gym_family(step=shrink_obs), "obs shape"),
+    "obs dtype": (gym_family(step=float64_obs), "obs dtype"),
+    "ignores seed": (gym_family(reset=ignore_seed), "not deterministic"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_ENVS)
+def test_check_env_fails_on_broken_env(case: str) -> None:
+    spec, message = BROKEN_ENVS[case]
+    with pytest.raises(AssertionError, match=message):
+        check_env(spec, "CartPole-v1")
+
+
+class NextStepPlugin:
+    """A plugin whose vector envs use gymnasium's default NEXT_STEP autoreset."""
+
+    @hookimpl
+    def harness_register_envs(self) -> list[EnvSpec]:
+        def make_env(env_id: str, *, num_envs: int, seed: int | None, **_: Any) -> Any:
+            import gymnasium as gym
+
+            envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+            envs.reset(seed=seed)
+            return envs
+
+        return [EnvSpec("next_step", make_env, lambda env_id: env_id == "CartPole-v1")]
+
+
+def test_check_env_fails_without_same_step_autoreset(harness_registry_factory: Any) -> None:
+    _, registry = harness_registry_factory(NextStepPlugin())
+    spec = registry.envs.get("next_step")
+    assert spec.plugin == "NextStepPlugin"
+    with pytest.raises(AssertionError, match="SAME_STEP") as excinfo:
+        check_env(spec, "CartPole-v1")
+    assert "env family 'next_step' (plugin 'NextStepPlugin')" in str(excinfo.value)
+
+
+def test_check_env_needs_an_episode_to_end() -> None:
+    _, registry = first_party()
+    with pytest.raises(AssertionError, match="no episode ended within 5 steps"):
+        check_env(registry.envs.get("gymnasium"), "Pendulum-v1", steps=5)
+
+
+class BackendProxy:
+    """The real torch backend with some methods replaced."""
+
+    def __init__(self, backend: Any, **overrides: Callable[..., Any]) -> None:
+        self.backend = backend
+        self.overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.overrides:
+            return lambda *args, **kwargs: self.overrides[name](self.backend, *args, **kwargs)
+        return getattr(self.backend, name)
+
+
+def live_weights(bk: Any, model: Any) -> dict[str, Any]:
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}  # no copy
+
+
+def no_step(bk: Any, optimizer: Any, loss: Any, max_grad_norm: float | None = None) -> float:
+    loss.backward()
+    optimizer.zero_grad()
+    return 1.0
+
+
+BROKEN_BACKENDS: dict[str, tuple[dict[str, Callable[..., Any]], str]] = {
+    "gather": ({"gather": lambda bk, x, index: bk.gather(x, index * 0)}, "gather"),
+    "mean ignores axis": ({"mean": lambda bk, x, axis=None: bk.mean(x)}, "mean"),
+    "smooth_l1 is mse": ({"smooth_l1": lambda bk, a, b: bk.mse(a, b)}, "smooth_l1"),
+    "categorical": (
+        {"categorical": lambda bk, logits: bk.categorical(logits * 2.0)},
+        "categorical",
+    ),
+    "no optimizer step": ({"update": no_step}, "do not train"),
+    "tau ignored": ({"copy_weights": lambda bk, t, s, tau=1.0: bk.copy_weights(t, s)}, "tau=0.25"),
+    "live weights": ({"get_weights": live_weights}, "must be a copy"),
+    "rng state": ({"set_rng_state": lambda bk, state: None}, "set_rng_state"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_BACKENDS)
+def test_check_backend_fails_on_broken_backend(case: str, torch_backend: Any) -> None:
+    overrides, message = BROKEN_BACKENDS[case]
+    with pytest.raises(AssertionError, match=message):
+        check_backend(BackendProxy(torch_backend, **overrides))
+
+
+class AgentProxy:
+    """A real agent with some methods replaced."""
+
+    def __init__(self, agent: Any, **overrides: Callable[..., Any]) -> None:
+        self.agent = agent
+        self.overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.overrides:
+            return lambda *args, **kwargs: self.overrides[name](self.agent, *args, **kwargs)
+        return getattr(self.agent, name)
+
+
+def broken_ppo(**overrides: Callable[..., Any]) -> AlgorithmSpec:
+    ppo = first_party()[1].algorithms.get("ppo")
+
+    def make_agent(*args: Any, **kwargs: Any) -> Any:
+        return AgentProxy(ppo.make_agent(*args, **kwargs), **overrides)
+
+    return AlgorithmSpec("broken_ppo", make_agent, ppo.config_cls, plugin="tests")
+
+
+def unsaved_rng_sample(agent: Any, obs: Any) -> Any:
+    _, extras = agent.sample(obs)
+    return np.random.default_rng().integers(0, 2, size=len(obs)), extras
+
+
+BROKEN_AGENTS: dict[str, tuple[AlgorithmSpec, str]] = {
+    "predict out of range": (
+        broken_ppo(predict=lambda agent, obs: agent.predict(obs) + 2),
+        r"outside \[0, 2\)",
+    ),
+    "restore is a no-op": (
+        broken_ppo(restore=lambda agent, d, **kw: None),
+        r"restore\(save\(\)\) gave different weights",
+    ),
+    "metrics not namespaced": (
+        broken_ppo(learn=lambda agent: {"loss": 1.0, **agent.learn()}),
+        "not namespaced",
+    ),
+    "nan metric": (
+        broken_ppo(learn=lambda agent: {"losses/x": float("nan"), **agent.learn()}),
+        "not a finite float",
+    ),
+    "sample RNG not saved": (broken_ppo(sample=unsaved_rng_sample), r"sample\(\) after save"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_AGENTS)
+def test_check_algorithm_fails_on_broken_agent(case: str, torch_backend: Any) -> None:
+    spec, message = BROKEN_AGENTS[case]
+    with pytest.raises(AssertionError, match=message):
+        check_algorithm(spec, torch_backend, DISCRETE, steps=1024)
+
+
+def test_check_algorithm_fails_when_learning_does_not_change_weights(torch_backend: Any) -> None:
+    ppo = first_party()[1].algorithms.get("ppo")
+    with pytest.raises(AssertionError, match=r"weights\(\) never changed"):
+        check_algorithm(ppo, torch_backend, DISCRETE, config=ppo.config_cls(learning_rate=0.0))
+
+
+def test_check_algorithm_refuses_an_unsupported_action_space(torch_backend: Any) -> None:
+    with pytest.raises(AssertionError, match="action_spaces"):
+        check_algorithm(first_party()[1].algorithms.get("dqn"), torch_backend, BOX)
+
+
+class Connection:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_check_transport_accepts_the_minimal_contract() -> None:
+    opened: list[Connection] = []
+
+    def connect(address: Any, **options: Any) -> Connection:
+        opened.append(Connection())
+        return opened[-1]
+
+    check_transport(TransportSpec("loopback", connect), "127.0.0.1:0", timeout=1.0)
+    assert len(opened) == 1 and opened[0].closed
+
+
+@pytest.mark.parametrize(
+    ("connect", "message"),
+    [
+        (lambda address: object(), "without close"),
+        (lambda: Connection(), "does not accept"),
+        ("not callable", "not callable"),
+    ],
+)
+def test_check_transport_fails_on_broken_transport(connect: Any, message: str) -> None:
+    with pytest.raises(AssertionError, match=message):
+        check_transport(TransportSpec("broken", connect))
+
+
+# ------------------------------------------------------------------------------------------
+# The pytest plugin's fixtures
+
+
+def test_harness_pm_loads_no_entry_points(harness_pm: HarnessPluginManager) -> None:
+    assert set(harness_pm.infos) == {"builtin"}
+    assert list(collect_registry(harness_pm).trackers) == ["csv"]
+
+
+class Empty:
+    """A plugin that implements no hook."""
+
+
+def test_registry_factory_registers_plugins_inline(harness_registry_factory: Any) -> None:
+    pm, registry = harness_registry_factory(Empty(), Empty(), NextStepPlugin(), other=Empty())
+    assert {"Empty", "Empty-2", "NextStepPlugin", "other"} <= set(pm.infos)
+    assert registry.envs.get("next_step").plugin == "NextStepPlugin"
+    assert "next_step" not in first_party()[1].envs  # each call builds a fresh manager
+
+
+def test_registry_factory_reports_duplicates(harness_registry_factory: Any) -> None:
+    with pytest.raises(PluginError, match="registered twice"):
+        harness_registry_factory(NextStepPlugin(), NextStepPlugin())
+
+
+def test_torch_backend_fixture(torch_backend: Any) -> None:
+    assert (torch_backend.name, torch_backend.device) == ("torch", "cpu")
+
+
+def test_importing_the_test_helpers_imports_no_framework() -> None:
+    code = (
+        "import sys, harness.pytest_plugin, harness.testing; "
+        "print(sorted(m for m in ('torch', 'gymnasium') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

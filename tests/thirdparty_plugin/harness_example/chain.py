@@ -1,0 +1,71 @@
+"""The chain task as a gymnasium env, and its vector env.
+
+States 0..length-1, one-hot observations, two actions (0 = left, 1 = right). Each move slips
+the other way with probability ``slip``. Reaching the last state pays 1 and ends the episode;
+the time limit truncates it. A random policy rarely gets there in time; "always right" nearly
+always does.
+
+The env is deliberately not put in gymnasium's global registry: the ``gymnasium`` env family
+accepts every id registered there, and harness would then find two plugins for one id.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers import TimeLimit
+
+from harness_example.plugin import ChainConfig
+
+
+class ChainEnv(gym.Env[np.ndarray, np.int64]):
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self, length: int = 10, slip: float = 0.1) -> None:
+        self.length = length
+        self.slip = slip
+        self.observation_space = spaces.Box(0.0, 1.0, (length,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.position = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.length, np.float32)
+        obs[self.position] = 1.0
+        return obs
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)  # seeds self.np_random, which drives the slips
+        self.position = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        move = 1 if int(action) == 1 else -1
+        if self.np_random.random() < self.slip:
+            move = -move
+        self.position = min(max(self.position + move, 0), self.length - 1)
+        terminated = self.position == self.length - 1
+        return self._obs(), float(terminated), terminated, False, {}
+
+
+def make_one(config: ChainConfig) -> gym.Env[np.ndarray, np.int64]:
+    return TimeLimit(ChainEnv(config.length, config.slip), max_episode_steps=config.max_steps)
+
+
+def make_vector_env(
+    config: ChainConfig, *, num_envs: int, seed: int | None, vector: str
+) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """SAME_STEP autoreset: what harness's runner expects (see harness.testing.check_env)."""
+    fns = [partial(make_one, config) for _ in range(num_envs)]
+    vector_cls = SyncVectorEnv if vector == "sync" else AsyncVectorEnv
+    envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if seed is not None:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+    return envs

@@ -1,0 +1,87 @@
+"""The entry point (``[project.entry-points.harness] example = "harness_example.plugin"``).
+
+Registration hooks return records and instantiate nothing, and this module imports neither
+gymnasium nor a NN framework: `harness plugins` stays fast, and the env module is imported only
+when a run builds ``ExampleChain-v0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness import hookimpl
+from harness.errors import ConfigError
+from harness.registry import AlgorithmSpec, EnvSpec
+from harness_example import reinforce
+
+ENV_IDS = ("ExampleChain-v0",)
+
+
+@dataclass
+class ChainConfig:
+    """Options of the example chain env family ([env] section)."""
+
+    length: int = 10
+    """Number of states; the reward waits in the last one."""
+    max_steps: int = 25
+    """Time limit: episodes are truncated after this many steps."""
+    slip: float = 0.1
+    """Probability that an action moves the other way."""
+
+    def __post_init__(self) -> None:
+        if self.length < 2 or self.max_steps < 1 or not 0.0 <= self.slip < 1.0:
+            raise ValueError("need length >= 2, max_steps >= 1 and 0 <= slip < 1")
+
+
+def accepts(env_id: str) -> bool:
+    return env_id in ENV_IDS
+
+
+def known_ids() -> list[str]:
+    return list(ENV_IDS)
+
+
+def make_env(
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    seed: int | None = None,
+    vector: str = "sync",
+    options: ChainConfig | None = None,
+) -> Any:
+    """A gymnasium vector env of chains with SAME_STEP autoreset."""
+    if not accepts(env_id):
+        raise ConfigError(f"env family 'example' builds {', '.join(ENV_IDS)}, not {env_id!r}.")
+    if vector not in ("sync", "async"):
+        raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
+    from harness_example.chain import make_vector_env
+
+    return make_vector_env(options or ChainConfig(), num_envs=num_envs, seed=seed, vector=vector)
+
+
+@hookimpl
+def harness_register_envs() -> list[EnvSpec]:
+    return [
+        EnvSpec(
+            "example",
+            make_env=make_env,
+            accepts=accepts,
+            config_cls=ChainConfig,
+            known_ids=known_ids,
+            description="ExampleChain-v0: walk right along a slippery chain to the reward",
+        )
+    ]
+
+
+@hookimpl
+def harness_register_algorithms() -> list[AlgorithmSpec]:
+    return [
+        AlgorithmSpec(
+            "example_reinforce",
+            make_agent=reinforce.make_agent,
+            config_cls=reinforce.ReinforceConfig,
+            action_spaces=("discrete",),
+            description="REINFORCE with a learned value baseline (example plugin)",
+        )
+    ]

@@ -1,0 +1,190 @@
+"""REINFORCE (Williams 1992) with a learned value baseline, written against harness's Backend
+interface: every framework call goes through ``self.backend``, so it runs on any backend plugin.
+
+The agent collects complete episodes from every env and updates once it has
+``episodes_per_update`` of them (one gradient step on ``-log pi(a|s) * (G - V(s))`` plus the
+baseline's regression loss). Monte Carlo returns only: an episode cut by the time limit is
+treated as finished, and a partly collected episode is not checkpointed (the runner resets its
+envs on resume anyway). Discrete actions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
+from harness.errors import IncompatibleError
+
+
+@dataclass
+class ReinforceConfig:
+    """REINFORCE hyper-parameters ([algo] section)."""
+
+    learning_rate: float = 0.01
+    """Adam step size."""
+    gamma: float = 0.99
+    """Discount factor for the returns-to-go."""
+    episodes_per_update: int = 16
+    """Complete episodes per gradient step."""
+    rollout_len: int = 16
+    """Vector steps between two learn() calls (one runner iteration)."""
+    hidden: list[int] = field(default_factory=lambda: [32])
+    """Hidden widths of the policy and baseline networks."""
+    activation: str = "tanh"
+    """Hidden activation: tanh, relu or elu."""
+    vf_coef: float = 0.5
+    """Weight of the baseline's squared-error loss."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+
+    def __post_init__(self) -> None:
+        if self.episodes_per_update < 1 or self.rollout_len < 1:
+            raise ValueError("episodes_per_update and rollout_len must be >= 1")
+
+
+class EpisodeBatch(NamedTuple):
+    obs: np.ndarray
+    actions: np.ndarray
+    returns: np.ndarray
+
+
+class Reinforce(Algorithm):
+    """The policy-gradient update with a value baseline."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, config: ReinforceConfig) -> None:
+        super().__init__(backend)
+        self.config = config
+        obs_dim, act = info.observation.flat_dim, config.activation
+        self.policy = backend.mlp(
+            obs_dim, config.hidden, info.action.n, activation=act, out_gain=0.01
+        )
+        self.baseline = backend.mlp(obs_dim, config.hidden, 1, activation=act)
+        self.net = backend.group(policy=self.policy, baseline=self.baseline)
+        self.optimizer = backend.optimizer(self.net, lr=config.learning_rate)
+
+    def act(self, obs: np.ndarray, *, greedy: bool) -> np.ndarray:
+        bk = self.backend
+        with bk.no_grad():
+            dist = bk.categorical(self.policy(bk.tensor(obs)))
+            return bk.numpy(dist.mode() if greedy else dist.sample())
+
+    def learn(self, batch: EpisodeBatch) -> dict[str, float]:
+        bk, c = self.backend, self.config
+        obs, returns = bk.tensor(batch.obs), bk.tensor(batch.returns)
+        with bk.no_grad():
+            baseline = bk.numpy(self.baseline(obs)[:, 0])
+        advantages = bk.tensor(batch.returns - baseline)
+        dist = bk.categorical(self.policy(obs))
+        log_prob = dist.log_prob(bk.tensor(batch.actions, "int64"))
+        policy_loss = -bk.mean(log_prob * advantages)
+        value_loss = bk.mean(bk.mse(self.baseline(obs)[:, 0], returns))
+        entropy = bk.mean(dist.entropy())
+        loss = policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
+        grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        return {
+            "losses/policy_loss": bk.item(policy_loss),
+            "losses/value_loss": bk.item(value_loss),
+            "losses/entropy": bk.item(entropy),
+            "losses/grad_norm": grad_norm,
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "net": self.backend.state(self.net),
+            "optimizer": self.backend.state(self.optimizer),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.backend.load_state(self.net, state["net"])
+        self.backend.load_state(self.optimizer, state["optimizer"])
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.backend.get_weights(self.policy)
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.backend.set_weights(self.policy, weights)
+
+
+class ReinforceAgent(Agent):
+    """Collects complete episodes per env; learns once enough have finished."""
+
+    algorithm: Reinforce
+    config: ReinforceConfig
+
+    def __init__(self, algorithm: Reinforce, info: EnvInfo, config: ReinforceConfig) -> None:
+        super().__init__(algorithm, info, config)
+        self.name = "example_reinforce"
+        self.rollout_len = config.rollout_len
+        self.open: list[list[tuple[np.ndarray, int, float]]] = [[] for _ in range(info.num_envs)]
+        self.finished: list[list[tuple[np.ndarray, int, float]]] = []
+        self.updates = 0
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.algorithm.act(obs, greedy=False), {}
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        return self.algorithm.act(obs, greedy=True)
+
+    def observe(self, transition: Transition) -> None:
+        t = transition
+        for i in range(len(t.obs)):
+            self.open[i].append((t.obs[i], int(t.actions[i]), float(t.rewards[i])))
+            if t.terminated[i] or t.truncated[i]:
+                self.finished.append(self.open[i])
+                self.open[i] = []
+
+    def learn(self) -> dict[str, float]:
+        if len(self.finished) < self.config.episodes_per_update:
+            return {}
+        episodes, self.finished = self.finished, []
+        metrics = self.algorithm.learn(self._batch(episodes))
+        self.updates += 1
+        metrics["charts/update_episodes"] = float(len(episodes))
+        return metrics
+
+    def _batch(self, episodes: list[list[tuple[np.ndarray, int, float]]]) -> EpisodeBatch:
+        obs, actions, returns = [], [], []
+        for episode in episodes:
+            g = 0.0
+            to_go = []
+            for _, _, reward in reversed(episode):
+                g = reward + self.config.gamma * g
+                to_go.append(g)
+            obs += [o for o, _, _ in episode]
+            actions += [a for _, a, _ in episode]
+            returns += reversed(to_go)
+        return EpisodeBatch(
+            np.asarray(obs, np.float32),
+            np.asarray(actions, np.int64),
+            np.asarray(returns, np.float32),
+        )
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.updates = int(state["updates"])
+
+
+def make_agent(
+    info: EnvInfo,
+    backend: Backend,
+    config: ReinforceConfig,
+    *,
+    seed: int = 0,
+    total_steps: int = 1,
+) -> ReinforceAgent:
+    """``seed`` and ``total_steps`` are unused: sampling draws from the backend's seeded RNG
+    and nothing is scheduled over the run."""
+    if info.action.kind != "discrete":
+        raise IncompatibleError(
+            f"example_reinforce needs discrete actions; {info.env_id!r} has a "
+            f"{info.action.kind} action space."
+        )
+    return ReinforceAgent(Reinforce(backend, info, config), info, config)
