@@ -328,8 +328,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         console.print(
             f"[yellow]blocked[/yellow] {name} (-p no:{name})", markup=True, highlight=False
         )
-    blocked = sorted(n for n in pm.get_plugins() if False)  # placeholder for symmetry
-    del blocked
     return 0
 
 
