@@ -22,8 +22,10 @@ Every buffer is completely filled with non-constant data before timing (untouche
 would make gathers unrealistically cache friendly), so adds overwrite old data as in a long run.
 Each number is the median over ``--repeats`` timed runs (after a warm-up); ratios are medians
 of harness divided by medians of SB3.  Repeats are interleaved across implementations so that
-background load hits all of them alike; ``--timer cpu`` measures single-core CPU time instead of
-wall time, which is far less sensitive to other processes on a shared machine.
+background load hits all of them alike; ``--timer cpu`` measures the process's CPU time instead
+of wall time, which is far less sensitive to other processes on a shared machine.  torch runs
+with one intra-op thread (see ``main``), so the whole benchmark is single-threaded, and each case
+runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -339,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         "--timer",
         choices=("wall", "cpu"),
         default="wall",
-        help="wall: time.perf_counter (default). cpu: time.process_time with torch limited to one"
-        " thread, i.e. single-core CPU seconds; use it when other processes load the machine",
+        help="wall: time.perf_counter (default). cpu: time.process_time, i.e. CPU seconds of"
+        " this (single-threaded) process; use it when other processes load the machine",
     )
     parser.add_argument("--table-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -349,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     if args.timer == "cpu":
         CLOCK = time.process_time
-        torch.set_num_threads(1)
+    # One intra-op thread: the only torch work here is SB3's th.tensor copies (harness's
+    # as_tensor is zero-copy).  With two threads on a 2-core machine that also runs other
+    # processes, OpenMP oversubscription made those copies 10x slower in wall time, which
+    # would flatter harness; one thread is the conservative choice.
+    torch.set_num_threads(1)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
     if repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -362,15 +368,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(table(selected[args.case], run_case(selected[args.case], repeats)))
         return 0
 
-    command = " ".join(["python" if argv is not None else sys.executable, *sys.argv[1:]])
+    command = " ".join([os.path.relpath(sys.executable), *sys.argv])
     out = [
-        f"Date: {dt.date.today().isoformat()}; command: `{sys.argv[0]} {command}`"
+        f"Date: {dt.date.today().isoformat()}; command: `{command}`"
         if argv is None
         else f"Date: {dt.date.today().isoformat()}",
         f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
         f" ({torch.get_num_threads()} threads), stable-baselines3 {stable_baselines3.__version__};"
         f" {platform.machine()}, {os.cpu_count()} CPUs; repeats={repeats}; timer={args.timer}"
-        + (" (--quick)" if args.quick else ""),
+        + (" (--quick)" if args.quick else "")
+        + "; load average at start {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg()),
         "",
     ]
     # Each case runs in a fresh interpreter: the cost of large allocations depends on the

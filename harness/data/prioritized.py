@@ -10,6 +10,7 @@ operations instead of ``B * log2(N)`` Python steps.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -177,7 +178,7 @@ class SumTree:
         if not 0 <= start < self._capacity or not 0 <= count <= self._capacity:
             raise IndexError(f"range start={start}, count={count} out of [0, {self._capacity})")
         priority = float(priority)
-        if not (np.isfinite(priority) and priority >= 0.0):
+        if not (math.isfinite(priority) and priority >= 0.0):
             raise ValueError("priorities must be finite and >= 0")
         if count == 0:
             return
@@ -193,11 +194,22 @@ class SumTree:
         scalar = _scalar_view(tree)
         lo = start + self._base
         hi = lo + count  # exclusive
-        tree[lo:hi] = priority
+        if count <= _SCALAR_NODES:
+            for node in range(lo, hi):
+                scalar[node] = priority
+        else:
+            tree[lo:hi] = priority
         while lo > 1:
             lo >>= 1
             hi = ((hi - 1) >> 1) + 1
-            if hi - lo <= _SCALAR_NODES:
+            width = hi - lo
+            if width == 1:  # the range has merged into one node: plain walk to the root
+                node = lo
+                while node >= 1:
+                    scalar[node] = scalar[2 * node] + scalar[2 * node + 1]
+                    node >>= 1
+                return
+            if width <= _SCALAR_NODES:
                 for node in range(lo, hi):
                     scalar[node] = scalar[2 * node] + scalar[2 * node + 1]
             else:
