@@ -99,9 +99,11 @@ def random_observations(info: SpaceInfo, batch: int, rng: np.random.Generator) -
     clipped to the bounds (CartPole's +-3.4e38 'bounds' would only produce overflow)."""
     if info.kind == "discrete":
         return rng.integers(0, info.n, size=batch).astype(info.dtype)
+    shape = (batch, *info.shape)
+    if not info.low:  # bounds not given: unbounded
+        return rng.standard_normal(shape).astype(info.dtype)
     low = np.asarray(info.low, np.float64).reshape(info.shape)
     high = np.asarray(info.high, np.float64).reshape(info.shape)
-    shape = (batch, *info.shape)
     if np.issubdtype(np.dtype(info.dtype), np.integer):
         return rng.integers(low.astype(np.int64), high.astype(np.int64) + 1, size=shape).astype(
             info.dtype
