@@ -323,6 +323,10 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
     return format(x, spec)
 
 
+def fmt_load(load: Sequence[float]) -> str:
+    return "/".join(f"{x:.1f}" for x in load)
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
@@ -370,7 +374,9 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict
                      f"| {m['per100k']:.1f} | {ratio_to} | {ratio_sps} |")
     head = [f"bench_learn {header['date']}: {header['machine']}; {header['versions']}; "
             f"seeds {args.seeds}; budget {args.budget}; eval every {args.eval_every} steps, "
-            f"{args.eval_episodes} greedy episodes; threshold {args.threshold}", ""]
+            f"{args.eval_episodes} greedy episodes; threshold {args.threshold}; load average "
+            f"(1/5/15 min) {fmt_load(header['loadavg'])} at start, "
+            f"{fmt_load(header['loadavg_end'])} at end", ""]
     return "\n".join(head + lines)
 
 
