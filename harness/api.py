@@ -210,16 +210,31 @@ class Agent(abc.ABC):
     """Numpy in, numpy out; the data flow around an :class:`Algorithm`.
 
     ``rollout_len`` is the number of vector steps between two ``learn`` calls: one iteration.
+    The base class keeps what every agent checkpoints: the env-step and gradient-step counters
+    and the numpy generator used for exploration and minibatch shuffling.
     """
 
     name: str = "agent"
     rollout_len: int = 1
 
-    def __init__(self, algorithm: Algorithm, env_info: EnvInfo, config: Any) -> None:
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        env_info: EnvInfo,
+        config: Any,
+        *,
+        seed: int = 0,
+        total_steps: int = 1,
+    ) -> None:
         self.algorithm = algorithm
         self.backend = algorithm.backend
         self.env_info = env_info
         self.config = config
+        self.rng = np.random.default_rng(seed)
+        self.total_steps = max(1, total_steps)
+        self.env_steps = 0
+        self.updates = 0
+        """Gradient steps taken so far."""
 
     @abc.abstractmethod
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -246,11 +261,18 @@ class Agent(abc.ABC):
         """Restore what :meth:`data_state` returned."""
 
     def extra_state(self) -> dict[str, Any]:
-        """Small picklable counters (schedules, update counts)."""
-        return {}
+        """Small picklable counters (schedules, update counts); extend with ``super()``."""
+        return {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "rng": self.rng.bit_generator.state,
+        }
 
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`extra_state` returned."""
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
 
     # Saving is the same for every agent: models/optimisers through the backend, bulk numpy
     # data as .npz (no pickle), counters alongside. Callers make it atomic (harness.checkpoint).

@@ -166,11 +166,9 @@ class DQNAgent(Agent):
     def __init__(
         self, algorithm: DQN, info: EnvInfo, config: DQNConfig, *, seed: int, total_steps: int
     ) -> None:
-        super().__init__(algorithm, info, config)
+        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.name = "dqn"
-        self.total_steps = max(1, total_steps)
         self.rollout_len = max(1, config.train_freq // info.num_envs)
-        self.rng = np.random.default_rng(seed)
         obs_shape = info.observation.shape
         kwargs: dict[str, Any] = {"obs_dtype": np.float32, "action_dtype": np.int64, "seed": seed}
         if config.prioritized:
@@ -183,8 +181,6 @@ class DQNAgent(Agent):
             )
         else:
             self.replay = ReplayMemory(config.buffer_size, obs_shape, **kwargs)
-        self.env_steps = 0
-        self.grad_steps = 0
 
     @property
     def epsilon(self) -> float:
@@ -226,8 +222,8 @@ class DQNAgent(Agent):
                 self.replay.update_priorities(batch.indices, td)  # type: ignore[attr-defined]
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
-            self.grad_steps += 1
-            if self.grad_steps % c.target_update_interval == 0:
+            self.updates += 1
+            if self.updates % c.target_update_interval == 0:
                 self.algorithm.sync_target()
         out = {k: v / max(1, c.gradient_steps) for k, v in totals.items()}
         out["charts/epsilon"] = self.epsilon
@@ -240,18 +236,6 @@ class DQNAgent(Agent):
         self.replay.load_state_dict(
             {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
         )
-
-    def extra_state(self) -> dict[str, Any]:
-        return {
-            "env_steps": self.env_steps,
-            "grad_steps": self.grad_steps,
-            "rng": self.rng.bit_generator.state,
-        }
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self.env_steps = int(state["env_steps"])
-        self.grad_steps = int(state["grad_steps"])
-        self.rng.bit_generator.state = state["rng"]
 
 
 def make_agent(

@@ -186,11 +186,9 @@ class PPOAgent(Agent):
     def __init__(
         self, algorithm: PPO, info: EnvInfo, config: PPOConfig, *, seed: int, total_steps: int
     ) -> None:
-        super().__init__(algorithm, info, config)
+        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.name = "ppo"
         self.rollout_len = config.n_steps
-        self.total_steps = max(1, total_steps)
-        self.rng = np.random.default_rng(seed)
         discrete = info.action.kind == "discrete"
         self.buffer = RolloutBuffer(
             config.n_steps,
@@ -203,8 +201,6 @@ class PPOAgent(Agent):
             self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
             self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
         self.discrete = discrete
-        self.env_steps = 0
-        self.updates = 0
         self._last_next_obs: np.ndarray | None = None
 
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -248,25 +244,13 @@ class PPOAgent(Agent):
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value
                 count += 1
+                self.updates += 1
             if c.target_kl is not None and metrics["losses/approx_kl"] > c.target_kl:
                 break
         self.buffer.reset()
-        self.updates += 1
         out = {k: v / max(count, 1) for k, v in totals.items()}
         out["charts/learning_rate"] = lr
         return out
-
-    def extra_state(self) -> dict[str, Any]:
-        return {
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "rng": self.rng.bit_generator.state,
-        }
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self.env_steps = int(state["env_steps"])
-        self.updates = int(state["updates"])
-        self.rng.bit_generator.state = state["rng"]
 
 
 def make_agent(

@@ -123,7 +123,6 @@ class ReinforceAgent(Agent):
         self.rollout_len = config.rollout_len
         self.open: list[list[tuple[np.ndarray, int, float]]] = [[] for _ in range(info.num_envs)]
         self.finished: list[list[tuple[np.ndarray, int, float]]] = []
-        self.updates = 0
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         return self.algorithm.act(obs, greedy=False), {}
@@ -164,12 +163,6 @@ class ReinforceAgent(Agent):
             np.asarray(actions, np.int64),
             np.asarray(returns, np.float32),
         )
-
-    def extra_state(self) -> dict[str, Any]:
-        return {"updates": self.updates}
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self.updates = int(state["updates"])
 
 
 def make_agent(
