@@ -89,8 +89,9 @@ HPARAMS = {
 # Children: one training run each, printing one JSON line tagged RESULT_TAG
 
 
-def child_harness(seed: int, budget: int, threshold: float, every: int, episodes: int,
-                  trackers: bool, keep: bool) -> dict[str, Any]:
+def child_harness(
+    seed: int, budget: int, threshold: float, every: int, episodes: int, trackers: bool, keep: bool
+) -> dict[str, Any]:
     import harness.runtime.run as runmod
     from harness import hookimpl
     from harness.config import layer, resolve
@@ -132,13 +133,15 @@ def child_harness(seed: int, budget: int, threshold: float, every: int, episodes
     runmod._plot = timed("plot_s", runmod._plot)
 
     class Recorder:
-        evals: list[tuple[int, float]] = []
+        def __init__(self) -> None:
+            self.evals: list[tuple[int, float]] = []
 
         @hookimpl
         def harness_run_end(self, run: Any, summary: Any) -> None:
-            Recorder.evals = [(int(s), float(m)) for s, m in run.eval_history]
+            self.evals = [(int(s), float(m)) for s, m in run.eval_history]
 
-    pm.register(Recorder(), name="bench_learn_recorder")
+    recorder = Recorder()
+    pm.register(recorder, name="bench_learn_recorder")
     import torch
 
     cpu0, t0 = time.process_time(), time.perf_counter()
@@ -150,7 +153,7 @@ def child_harness(seed: int, budget: int, threshold: float, every: int, episodes
         "wall_s": wall,
         "cpu_s": cpu,
         "steps": result.steps,
-        "evals": Recorder.evals,
+        "evals": recorder.evals,
         "torch_threads": torch.get_num_threads(),
         "runner_wall_s": result.wall_time,
         **timers,
@@ -184,8 +187,9 @@ class Linear:
         return self.value * min(max(progress_remaining, 0.0), 1.0)
 
 
-def child_sb3(seed: int, budget: int, threshold: float, every: int, episodes: int,
-              one_thread: bool) -> dict[str, Any]:
+def child_sb3(
+    seed: int, budget: int, threshold: float, every: int, episodes: int, one_thread: bool
+) -> dict[str, Any]:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -213,7 +217,10 @@ def child_sb3(seed: int, budget: int, threshold: float, every: int, episodes: in
             t = time.perf_counter()
             self.eval_env.seed(10_000 + seed + self.num_timesteps)
             rewards, _ = evaluate_policy(
-                self.model, self.eval_env, n_eval_episodes=episodes, deterministic=True,
+                self.model,
+                self.eval_env,
+                n_eval_episodes=episodes,
+                deterministic=True,
                 return_episode_rewards=True,
             )
             mean = float(sum(rewards) / len(rewards))
@@ -250,8 +257,11 @@ def child_sb3(seed: int, budget: int, threshold: float, every: int, episodes: in
         ent_coef=h["ent_coef"],
         vf_coef=h["vf_coef"],
         max_grad_norm=h["max_grad_norm"],
-        policy_kwargs={"net_arch": {"pi": h["hidden"], "vf": h["hidden"]},
-                       "activation_fn": torch.nn.Tanh, "ortho_init": True},
+        policy_kwargs={
+            "net_arch": {"pi": h["hidden"], "vf": h["hidden"]},
+            "activation_fn": torch.nn.Tanh,
+            "ortho_init": True,
+        },
         seed=seed,
         device="cpu",
         verbose=0,
@@ -275,8 +285,13 @@ def child_sb3(seed: int, budget: int, threshold: float, every: int, episodes: in
 
 
 def child_main(args: argparse.Namespace) -> None:
-    kw = {"seed": args.seed, "budget": args.budget, "threshold": args.threshold,
-          "every": args.eval_every, "episodes": args.eval_episodes}
+    kw = {
+        "seed": args.seed,
+        "budget": args.budget,
+        "threshold": args.threshold,
+        "every": args.eval_every,
+        "episodes": args.eval_episodes,
+    }
     if args.child == "harness":
         out = child_harness(**kw, trackers=True, keep=args.keep)
     elif args.child == "harness-notrack":
@@ -296,9 +311,22 @@ def child_main(args: argparse.Namespace) -> None:
 
 
 def run_child(config: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config, "--seed", str(seed),
-           "--budget", str(args.budget), "--threshold", str(args.threshold),
-           "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        config,
+        "--seed",
+        str(seed),
+        "--budget",
+        str(args.budget),
+        "--threshold",
+        str(args.threshold),
+        "--eval-every",
+        str(args.eval_every),
+        "--eval-episodes",
+        str(args.eval_episodes),
+    ]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
     process_s = time.perf_counter() - t
@@ -306,7 +334,7 @@ def run_child(config: str, seed: int, args: argparse.Namespace) -> dict[str, Any
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"bench_learn: {config} seed {seed} failed (exit {proc.returncode})")
-    out: dict[str, Any] = json.loads(lines[-1][len(RESULT_TAG):])
+    out: dict[str, Any] = json.loads(lines[-1][len(RESULT_TAG) :])
     out["process_s"] = process_s
     reached = [s for s, m in out["evals"] if m >= args.threshold]
     out["reached_at"] = reached[0] if reached else None
@@ -332,9 +360,11 @@ def median(xs: Sequence[float]) -> float:
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict[str, Any]) -> str:
-    lines = ["| framework | seed | wall-clock s | steps to threshold | final eval | evals (step: mean) "
-             "| eval s | s/100k steps | CPU s | threads |",
-             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| framework | seed | wall-clock s | steps to threshold | final eval | evals (step: mean) "
+        "| eval s | s/100k steps | CPU s | threads |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
     configs = [c for c in CONFIGS if any(r["config"] == c for r in results)]
     for c in configs:
         for r in sorted((r for r in results if r["config"] == c), key=lambda r: r["seed"]):
@@ -345,10 +375,13 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict
                 f"{r['final_eval']:.1f} | {evals} | {r['eval_s']:.2f} | "
                 f"{r['wall_s'] / r['steps'] * 1e5:.1f} | {r['cpu_s']:.1f} | {r['torch_threads']} |"
             )
-    lines += ["", "| framework | reached 475 | median wall-clock to 475 s | median wall-clock (all runs) s "
-              "| median steps to 475 | median s/100k steps | ratio to " + BASELINE + " (to 475) "
-              "| ratio to " + BASELINE + " (s/100k steps) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| framework | reached 475 | median wall-clock to 475 s | median wall-clock (all runs) s "
+        "| median steps to 475 | median s/100k steps | ratio to " + BASELINE + " (to 475) "
+        "| ratio to " + BASELINE + " (s/100k steps) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     med: dict[str, dict[str, float]] = {}
     for c in configs:
         rs = [r for r in results if r["config"] == c]
@@ -370,13 +403,18 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict
                 ratio_to = f"{m['to'] / base['to']:.2f}x"
             ratio_sps = f"{m['per100k'] / base['per100k']:.2f}x"
         steps = "never" if math.isnan(m["steps"]) else f"{m['steps']:.0f}"
-        lines.append(f"| {c} | {m['ok']}/{m['n']} | {fmt(m['to'], '.2f')} | {m['all']:.2f} | {steps} "
-                     f"| {m['per100k']:.1f} | {ratio_to} | {ratio_sps} |")
-    head = [f"bench_learn {header['date']}: {header['machine']}; {header['versions']}; "
-            f"seeds {args.seeds}; budget {args.budget}; eval every {args.eval_every} steps, "
-            f"{args.eval_episodes} greedy episodes; threshold {args.threshold}; load average "
-            f"(1/5/15 min) {fmt_load(header['loadavg'])} at start, "
-            f"{fmt_load(header['loadavg_end'])} at end", ""]
+        lines.append(
+            f"| {c} | {m['ok']}/{m['n']} | {fmt(m['to'], '.2f')} | {m['all']:.2f} | {steps} "
+            f"| {m['per100k']:.1f} | {ratio_to} | {ratio_sps} |"
+        )
+    head = [
+        f"bench_learn {header['date']}: {header['machine']}; {header['versions']}; "
+        f"seeds {args.seeds}; budget {args.budget}; eval every {args.eval_every} steps, "
+        f"{args.eval_episodes} greedy episodes; threshold {args.threshold}; load average "
+        f"(1/5/15 min) {fmt_load(header['loadavg'])} at start, "
+        f"{fmt_load(header['loadavg_end'])} at end",
+        "",
+    ]
     return "\n".join(head + lines)
 
 
@@ -400,12 +438,15 @@ def machine() -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{cpus} CPUs ({model or platform.processor()}), no GPU"
-        if not torch.cuda.is_available() else f"{cpus} CPUs + CUDA",
+        if not torch.cuda.is_available()
+        else f"{cpus} CPUs + CUDA",
         "versions": f"Python {platform.python_version()}, torch {torch.__version__} "
         f"(default threads {torch.get_num_threads()}), stable-baselines3 "
         f"{stable_baselines3.__version__}, gymnasium {gymnasium.__version__}",
         "loadavg": os.getloadavg(),
-        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+        "env": {
+            k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ
+        },
     }
 
 
@@ -416,19 +457,25 @@ def parent_main(args: argparse.Namespace) -> None:
         print(f"note: thread variables set: {header['env']}", file=sys.stderr)
     results: list[dict[str, Any]] = []
     for i, seed in enumerate(args.seeds):
-        order = configs[i % len(configs):] + configs[: i % len(configs)]
+        order = configs[i % len(configs) :] + configs[: i % len(configs)]
         for c in order:
             r = run_child(c, seed, args)
             results.append(r)
-            print(f"  {c:16s} seed {seed}: {r['wall_s']:6.2f} s, steps {r['steps']:6d}, "
-                  f"475 at {r['reached_at'] or 'never'}, final eval {r['final_eval']:.1f}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {c:16s} seed {seed}: {r['wall_s']:6.2f} s, steps {r['steps']:6d}, "
+                f"475 at {r['reached_at'] or 'never'}, final eval {r['final_eval']:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
     header["loadavg_end"] = os.getloadavg()
     text = report(results, args, header)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"header": header, "args": vars(args),
-                                               "results": results}, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps(
+                {"header": header, "args": vars(args), "results": results}, indent=1, default=str
+            )
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
