@@ -108,6 +108,21 @@ class Backend(Protocol):
         too (a feature trunk)."""
         ...
 
+    def parallel_mlp(
+        self,
+        in_dim: int,
+        hidden: Sequence[int],
+        out_dims: Sequence[int],
+        *,
+        activation: str = "tanh",
+        out_gains: Sequence[float] | None = None,
+    ) -> Any:
+        """``len(out_dims)`` independent MLPs of the same hidden widths on the same input,
+        evaluated together (batched matrix products): calling it returns one output per member.
+        Same function as separate :meth:`mlp` s (e.g. an actor and a critic), a fraction of the
+        per-operation overhead that dominates small networks."""
+        ...
+
     def group(self, **models: Model) -> Any:
         """Bundle sub-networks into one object whose parameters optimise/save together."""
         ...

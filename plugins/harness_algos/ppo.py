@@ -69,10 +69,13 @@ class PPO(Algorithm):
         self.discrete = info.action.kind == "discrete"
         obs_dim = info.observation.flat_dim
         act_dim = info.action.n if self.discrete else info.action.flat_dim
-        h, a = config.hidden, config.activation
-        self.net = backend.group(
-            actor=backend.mlp(obs_dim, h, act_dim, activation=a, out_gain=0.01),
-            critic=backend.mlp(obs_dim, h, 1, activation=a, out_gain=1.0),
+        # separate actor and critic networks, evaluated together (backend.parallel_mlp)
+        self.net = backend.parallel_mlp(
+            obs_dim,
+            config.hidden,
+            [act_dim, 1],
+            activation=config.activation,
+            out_gains=[0.01, 1.0],
         )
         params: list[Any] = [self.net]
         if not self.discrete:
@@ -81,26 +84,29 @@ class PPO(Algorithm):
         self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=1e-5)
         self.clip_range = config.clip_range
 
+    def forward(self, obs: Any) -> tuple[Any, Any]:
+        """The action distribution and the state values for a batch of observations."""
+        out, value = self.net(obs)
+        bk = self.backend
+        dist = bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
+        return dist, value[:, 0]
+
     def dist(self, obs: Any) -> Any:
-        out = self.net["actor"](obs)
-        return (
-            self.backend.categorical(out)
-            if self.discrete
-            else self.backend.normal(out, self.log_std)
-        )
+        return self.forward(obs)[0]
 
     def value(self, obs: Any) -> Any:
-        return self.net["critic"](obs)[:, 0]
+        return self.forward(obs)[1]
 
-    def act(self, obs: np.ndarray, greedy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(self, obs: np.ndarray, greedy: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and their log-probabilities (empty when greedy). Values are not computed
+        here: :meth:`PPOAgent.learn` scores the whole rollout in one batched pass."""
         bk = self.backend
         with bk.no_grad():
-            x = bk.tensor(obs)
-            d = self.dist(x)
-            a = d.mode() if greedy else d.sample()
+            d = self.dist(bk.tensor(obs))
             if greedy:
-                return bk.numpy(a), np.empty(0), np.empty(0)
-            return bk.numpy(a), bk.numpy(d.log_prob(a)), bk.numpy(self.value(x))
+                return bk.numpy(d.mode()), np.empty(0)
+            a = d.sample()
+            return bk.numpy(a), bk.numpy(d.log_prob(a))
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         bk = self.backend
@@ -113,24 +119,25 @@ class PPO(Algorithm):
         actions = bk.tensor(batch.actions, "int64" if self.discrete else "float32")
         old_logp, adv = bk.tensor(batch.log_probs), bk.tensor(batch.advantages)
         returns, old_values = bk.tensor(batch.returns), bk.tensor(batch.values)
-        d = self.dist(obs)
+        d, v = self.forward(obs)
         logp = d.log_prob(actions)
         log_ratio = logp - old_logp
         ratio = bk.exp(log_ratio)
         clip = self.clip_range
         pg_loss = -bk.mean(bk.minimum(adv * ratio, adv * bk.clip(ratio, 1 - clip, 1 + clip)))
-        v = self.value(obs)
+        # plain MSE as in SB3, whose tuned vf_coef values the packs reuse (CleanRL halves it)
         if c.clip_vloss:
             v_clipped = old_values + bk.clip(v - old_values, -clip, clip)
-            v_loss = 0.5 * bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
+            v_loss = bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
         else:
-            v_loss = 0.5 * bk.mean(bk.mse(v, returns))
+            v_loss = bk.mean(bk.mse(v, returns))
         entropy = bk.mean(d.entropy())
         loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         with bk.no_grad():
-            approx_kl = bk.item(bk.mean((ratio - 1.0) - log_ratio))
-            clip_frac = bk.item(bk.mean(bk.tensor(np.abs(bk.numpy(ratio) - 1.0) > clip)))
+            r = bk.numpy(ratio)
+            approx_kl = float(np.mean((r - 1.0) - np.log(r)))
+            clip_frac = float(np.mean(np.abs(r - 1.0) > clip))
         return {
             "losses/policy_loss": bk.item(pg_loss),
             "losses/value_loss": bk.item(v_loss),
@@ -201,14 +208,15 @@ class PPOAgent(Agent):
             self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
             self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
         self.discrete = discrete
+        self._no_values = np.zeros(info.num_envs, np.float32)
         self._last_next_obs: np.ndarray | None = None
 
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
         return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs, values = self.algorithm.act(obs, greedy=False)
-        extras = {"log_prob": log_probs, "value": values, "action": actions}
+        actions, log_probs = self.algorithm.act(obs, greedy=False)
+        extras = {"log_prob": log_probs, "action": actions}
         return self._to_env(actions), extras
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
@@ -223,7 +231,8 @@ class PPOAgent(Agent):
             rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
         dones = (t.terminated | t.truncated).astype(np.float32)
         x = t.extras
-        self.buffer.add(t.obs, x["action"], rewards, dones, x["value"], x["log_prob"])
+        # values are filled in by learn() in one batched pass over the rollout
+        self.buffer.add(t.obs, x["action"], rewards, dones, self._no_values, x["log_prob"])
         self._last_next_obs = t.next_obs
         self.env_steps += len(t.obs)
 
@@ -232,6 +241,9 @@ class PPOAgent(Agent):
             return {}
         c = self.config
         lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
+        buf = self.buffer
+        flat_obs = buf.obs.reshape(buf.num_steps * buf.num_envs, *buf.obs_shape)
+        buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
         last_values = self.algorithm.values(self._last_next_obs)
         self.buffer.compute_gae(last_values, c.gamma, c.gae_lambda)
         totals: dict[str, float] = {}

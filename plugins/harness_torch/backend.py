@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import math
 import os
@@ -35,7 +36,7 @@ def cpu_share(processes_per_host: int) -> int:
 
 class _Categorical:
     def __init__(self, logits: torch.Tensor) -> None:
-        self.logits = logits - logits.logsumexp(-1, keepdim=True)
+        self.logits = torch.log_softmax(logits, -1)  # one kernel; 11 us vs 42 for x - logsumexp
 
     def sample(self) -> torch.Tensor:
         return torch.multinomial(self.logits.exp(), 1).squeeze(-1)
@@ -125,6 +126,21 @@ class TorchBackend:
             layers.append(act())
         return nn.Sequential(nn.Flatten(), *layers).to(self._device)
 
+    def parallel_mlp(
+        self,
+        in_dim: int,
+        hidden: Sequence[int],
+        out_dims: Sequence[int],
+        *,
+        activation: str = "tanh",
+        out_gains: Sequence[float] | None = None,
+    ) -> nn.Module:
+        act = _ACTIVATIONS.get(activation)
+        if act is None:
+            raise ConfigError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}.")
+        gains = list(out_gains) if out_gains is not None else [1.0] * len(out_dims)
+        return _ParallelMLP(in_dim, list(hidden), list(out_dims), act(), gains).to(self._device)
+
     def group(self, **models: Any) -> nn.ModuleDict:
         return nn.ModuleDict(models)
 
@@ -190,10 +206,13 @@ class TorchBackend:
 
     # --- training -------------------------------------------------------------------------
     def optimizer(self, *models: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+        _skip_dynamo_import()
         params: list[nn.Parameter] = []
         for m in models:
             params += [m] if isinstance(m, nn.Parameter) else list(m.parameters())
-        return torch.optim.Adam(params, lr=lr, eps=eps)
+        # fused: one kernel for the whole update instead of ~10 per tensor (Adam step 958 ->
+        # 335 us for PPO's two 64x64 MLPs on CPU; CUDA gains likewise)
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
     def update(
         self,
@@ -266,6 +285,57 @@ class TorchBackend:
         torch.set_rng_state(state["cpu"].cpu())
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _skip_dynamo_import() -> None:
+    """``Optimizer.add_param_group`` is wrapped in torch's lazy ``_disable_dynamo``, whose first
+    call imports ``torch._dynamo``: 1.2-1.4 s of every process start here (each farm actor pays
+    it too), only to exclude the method from compilation. harness never compiles an optimizer,
+    so pre-seed the wrapper's cache with the plain function, unless dynamo is already loaded
+    (then the real wrapper is cheap and kept)."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        return
+    fn = getattr(torch.optim.Optimizer.add_param_group, "__wrapped__", None)
+    if fn is not None and not hasattr(fn, "__dynamo_disable"):
+        fn.__dynamo_disable = fn
+
+
+class _ParallelMLP(nn.Module):
+    """k MLPs with identical hidden widths as stacked weights ``(k, fan_in, fan_out)``; one
+    ``baddbmm`` per layer evaluates all of them. Each member is initialised exactly like
+    :meth:`TorchBackend.mlp` (orthogonal, gain sqrt(2), its own output gain); the output layer
+    is padded to the widest member with zero columns that are sliced away."""
+
+    def __init__(
+        self, in_dim: int, hidden: list[int], out_dims: list[int], act: nn.Module, gains: list[float]
+    ) -> None:
+        super().__init__()
+        self.out_dims = out_dims
+        self.act = act
+        k, sizes = len(out_dims), [in_dim, *hidden, max(out_dims)]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            last = layer == len(sizes) - 2
+            w = torch.zeros(k, fan_in, fan_out)
+            for j in range(k):
+                width = out_dims[j] if last else fan_out
+                block = torch.empty(width, fan_in)
+                nn.init.orthogonal_(block, gains[j] if last else math.sqrt(2))
+                w[j, :, :width] = block.T
+            self.weights.append(nn.Parameter(w))
+            self.biases.append(nn.Parameter(torch.zeros(k, 1, fan_out)))
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(b, h, w)
+            if i < last:
+                h = self.act(h)
+        return [h[j, :, :d] for j, d in enumerate(self.out_dims)]
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
