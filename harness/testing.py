@@ -431,6 +431,7 @@ def _check_models(bk: Any, rng: np.random.Generator, who: str) -> None:
         f"out_gain=0.01 gives outputs up to {small:.3g} vs {large:.3g} at out_gain=1: the "
         f"gain must scale the last layer's init (PPO relies on it for a near-uniform policy)",
     )
+    _check_parallel_mlp(bk, x, who)
     m1, m2 = bk.mlp(3, [8], 2), bk.mlp(3, [8], 1)
     g = bk.group(actor=m1, critic=m2)
     _close(who, "group(actor=m)['actor'](x)", _forward(bk, g["actor"], x), _forward(bk, m1, x))
@@ -440,6 +441,37 @@ def _check_models(bk: Any, rng: np.random.Generator, who: str) -> None:
         who,
         f"get_weights(group) has {len(bk.get_weights(g))} arrays, its members {n_parts}",
     )
+
+
+def _check_parallel_mlp(bk: Any, x: np.ndarray, who: str) -> None:
+    """parallel_mlp: one output per member, members independent, output gains per member."""
+    net = bk.parallel_mlp(3, [16, 16], [4, 1], activation="tanh", out_gains=[0.01, 1.0])
+    with bk.no_grad():
+        outs = [_np(bk, o) for o in net(bk.tensor(x))]
+    _check(len(outs) == 2, who, f"parallel_mlp with 2 members returned {len(outs)} outputs")
+    _check(
+        outs[0].shape == (64, 4) and outs[1].shape == (64, 1),
+        who,
+        f"parallel_mlp(3, [16, 16], [4, 1]) gave shapes {[o.shape for o in outs]}",
+    )
+    small, large = np.abs(outs[0]).max(), np.abs(outs[1]).max()
+    _check(
+        small < 0.1 * large,
+        who,
+        f"parallel_mlp out_gains [0.01, 1.0] give outputs up to {small:.3g} and {large:.3g}: "
+        f"each member's output gain must scale its own last layer",
+    )
+    param = bk.parameter(np.zeros(3, np.float32))
+    opt = bk.optimizer(net, lr=0.05)
+    target = np.ones((64, 1), np.float32)
+    for _ in range(5):  # training only the second member's loss must not move the first
+        out = net(bk.tensor(x))
+        bk.update(opt, bk.mean(bk.mse(out[1], bk.tensor(target))))
+    with bk.no_grad():
+        after = _np(bk, net(bk.tensor(x))[0])
+    _close(who, "parallel_mlp member 0 after training only member 1", after, outs[0])
+    bk.assign(param, np.array([1.0, 2.0, 3.0], np.float32))
+    _close(who, "assign(parameter, value)", _np(bk, param), np.array([1.0, 2.0, 3.0]))
 
 
 def _check_distributions(bk: Any, rng: np.random.Generator, who: str) -> None:

@@ -1,37 +1,48 @@
 #!/usr/bin/env bash
-# Create the separate benchmark virtualenv .venv-bench (torch CPU + stable-baselines3).
+# Create the benchmark virtualenv .venv-bench: torch (CPU) + the peers harness is measured
+# against (stable-baselines3) + harness itself (editable), so every framework in a benchmark
+# runs on the same interpreter, torch build and gymnasium. The project's .venv never gets the
+# peers: harness must not depend on them.
 #
-# Why a separate venv: the benchmarks compare harness against Stable-Baselines3, which
-# the project itself must not depend on. The repo is put on sys.path with a .pth file
-# instead of `pip install -e .` so this works even before package metadata exists.
+# torch is pinned to exactly 2.13.0 (the local CPU wheel) and installed FIRST: any other spec,
+# or letting stable-baselines3 resolve torch by itself, would pull a multi-GB CUDA build. The
+# rest goes through constraints.txt, which pins torch too.
 #
-# torch is pinned to exactly 2.13.0 (the local CPU wheel) and installed FIRST: any other
-# spec, or letting stable-baselines3 resolve torch itself, would pull a multi-GB CUDA build.
-#
-# Idempotent: an existing .venv-bench is reused; only missing packages are installed.
+# Idempotent: an existing .venv-bench is reused and only what is missing is installed.
+# FORCE_REINSTALL_HARNESS=1 re-runs `pip install -e .` (after setup.cfg gains a package or an
+# entry point). The editable install writes only into .venv-bench plus the git-ignored
+# harness.egg-info/ that every editable install regenerates.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${REPO_ROOT}/.venv-bench"
 PY="${PYTHON:-python3}"
+PIP=("${VENV}/bin/python" -m pip install --quiet)
 
 if [[ -x "${VENV}/bin/python" ]]; then
-    echo "bench_env: ${VENV} already exists, skipping creation" >&2
+    echo "bench_env: ${VENV} exists, reusing it" >&2
 else
     "${PY}" -m venv "${VENV}"
 fi
-
-# Install only what is missing, so re-running is cheap and needs no registry access.
-# pluggy: `import harness` needs it (the core package's only non-numpy import).
 if ! "${VENV}/bin/python" -c 'import torch' 2>/dev/null; then
-    "${VENV}/bin/python" -m pip install --quiet torch==2.13.0
+    "${PIP[@]}" torch==2.13.0
 fi
-if ! "${VENV}/bin/python" -c 'import stable_baselines3, gymnasium, numpy, pluggy' 2>/dev/null; then
-    "${VENV}/bin/python" -m pip install --quiet stable-baselines3 gymnasium numpy pluggy
+if ! "${VENV}/bin/python" -c 'import stable_baselines3, gymnasium, tensorboard' 2>/dev/null; then
+    # tensorboard: harness's default trackers are csv + tensorboard; without it the "as
+    # shipped" harness configuration would silently skip a tracker.
+    "${PIP[@]}" -c "${REPO_ROOT}/constraints.txt" stable-baselines3 gymnasium tensorboard
+fi
+rm -f "$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/harness-repo.pth"
+if [[ "${FORCE_REINSTALL_HARNESS:-0}" == "1" ]] \
+    || ! "${VENV}/bin/python" -c 'import harness, harness_torch, harness_algos, harness_gymnasium' 2>/dev/null; then
+    (cd "${REPO_ROOT}" && "${PIP[@]}" -c constraints.txt -e .)
 fi
 
-# (Re)write the .pth every time: cheap, and keeps it right if the repo moved.
-SITE="$("${VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "${REPO_ROOT}" > "${SITE}/harness-repo.pth"
-
-"${VENV}/bin/python" -c 'import torch, stable_baselines3, numpy; print("bench_env ok:", "torch", torch.__version__, "sb3", stable_baselines3.__version__, "numpy", numpy.__version__)'
+"${VENV}/bin/python" - <<'PY'
+import gymnasium, stable_baselines3, torch
+from harness.plugins import collect_registry, make_plugin_manager
+registry = collect_registry(make_plugin_manager())
+assert "ppo" in registry.algorithms, "harness plugins not registered (entry points missing?)"
+print(f"bench_env ok: torch {torch.__version__}, stable-baselines3 "
+      f"{stable_baselines3.__version__}, gymnasium {gymnasium.__version__}, harness plugins ok")
+PY

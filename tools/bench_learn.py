@@ -2,9 +2,9 @@
 
 Run in the benchmark venv (it needs stable-baselines3, which harness itself does not):
 
-    bash tools/bench_learn_env.sh                       # creates .venv-sb3 (idempotent)
-    .venv-sb3/bin/python tools/bench_learn.py           # full run: 3 seeds x 4 configs
-    .venv-sb3/bin/python tools/bench_learn.py --quick   # smoke run: 1 seed
+    bash tools/bench_env.sh                             # creates .venv-bench (idempotent)
+    .venv-bench/bin/python tools/bench_learn.py           # full run: 3 seeds x 4 configs
+    .venv-bench/bin/python tools/bench_learn.py --quick   # smoke run: 1 seed
 
 Both sides train PPO with the hyper-parameters of competitions/cartpole/pack.toml (8 envs x 32
 steps, batch 256, 20 epochs, gamma 0.98, GAE 0.8, lr 1e-3 and clip 0.2 annealed linearly to 0,
@@ -38,7 +38,7 @@ when 2 of them fail); their budget-run wall-clock is shown separately. ``s/100k 
 
 Profile the harness side with, e.g.:
 
-    .venv-sb3/bin/python -m cProfile -o /tmp/h.prof tools/bench_learn.py --child harness --seed 1
+    .venv-bench/bin/python -m cProfile -o /tmp/h.prof tools/bench_learn.py --child harness --seed 1
 """
 
 from __future__ import annotations
