@@ -153,8 +153,9 @@ def child_harness(
     pm.register(recorder, name="bench_learn_recorder")
     # SB3's side imports torch before its clock starts (stable_baselines3 imports it): do the
     # same here, where the backend plugin would otherwise import it lazily inside train().
-    import harness_torch.backend  # noqa: F401
     import torch
+
+    import harness_torch.backend  # noqa: F401
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     result = runmod.train(config, registry, pm)

@@ -309,7 +309,12 @@ class _ParallelMLP(nn.Module):
     is padded to the widest member with zero columns that are sliced away."""
 
     def __init__(
-        self, in_dim: int, hidden: list[int], out_dims: list[int], act: nn.Module, gains: list[float]
+        self,
+        in_dim: int,
+        hidden: list[int],
+        out_dims: list[int],
+        act: nn.Module,
+        gains: list[float],
     ) -> None:
         super().__init__()
         self.out_dims = out_dims
