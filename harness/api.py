@@ -17,7 +17,7 @@ method. See docs/architecture.md for how a second backend plugs in.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +121,13 @@ class Backend(Protocol):
         evaluated together (batched matrix products): calling it returns one output per member.
         Same function as separate :meth:`mlp` s (e.g. an actor and a critic), a fraction of the
         per-operation overhead that dominates small networks."""
+        ...
+
+    def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
+        """A numpy-in, numpy-out copy of ``model`` with its current weights, for acting
+        (rollouts, evaluation, actor processes that need no framework). Outputs are shaped like
+        the model's (a list for :meth:`parallel_mlp`). Take a new copy after the weights change.
+        """
         ...
 
     def group(self, **models: Model) -> Any:

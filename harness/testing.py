@@ -470,6 +470,20 @@ def _check_parallel_mlp(bk: Any, x: np.ndarray, who: str) -> None:
     with bk.no_grad():
         after = _np(bk, net(bk.tensor(x))[0])
     _close(who, "parallel_mlp member 0 after training only member 1", after, outs[0])
+    with bk.no_grad():
+        framework = [_np(bk, o) for o in net(bk.tensor(x))]
+    numpy_copy = bk.inference(net)(x)
+    for j in range(2):
+        _close(who, f"inference(parallel_mlp)(x)[{j}]", numpy_copy[j], framework[j], rtol=1e-4)
+    for activation in ("tanh", "relu", "elu"):
+        mlp = bk.mlp(3, [8, 8], 4, activation=activation)
+        _close(
+            who,
+            f"inference(mlp({activation}))(x)",
+            bk.inference(mlp)(x),
+            _forward(bk, mlp, x),
+            rtol=1e-4,
+        )
     bk.assign(param, np.array([1.0, 2.0, 3.0], np.float32))
     _close(who, "assign(parameter, value)", _np(bk, param), np.array([1.0, 2.0, 3.0]))
 

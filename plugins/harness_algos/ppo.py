@@ -83,6 +83,13 @@ class PPO(Algorithm):
             params.append(self.log_std)
         self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=1e-5)
         self.clip_range = config.clip_range
+        self.refresh_policy()
+
+    def refresh_policy(self) -> None:
+        """Take the numpy copy of the networks that acting uses (after any weight change)."""
+        self._policy = self.backend.inference(self.net)
+        if not self.discrete:
+            self._log_std = np.asarray(self.backend.numpy(self.log_std), np.float32).copy()
 
     def forward(self, obs: Any) -> tuple[Any, Any]:
         """The action distribution and the state values for a batch of observations."""
@@ -91,27 +98,31 @@ class PPO(Algorithm):
         dist = bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
         return dist, value[:, 0]
 
-    def dist(self, obs: Any) -> Any:
-        return self.forward(obs)[0]
-
-    def value(self, obs: Any) -> Any:
-        return self.forward(obs)[1]
-
-    def act(self, obs: np.ndarray, greedy: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probabilities (empty when greedy). Values are not computed
-        here: :meth:`PPOAgent.learn` scores the whole rollout in one batched pass."""
-        bk = self.backend
-        with bk.no_grad():
-            d = self.dist(bk.tensor(obs))
-            if greedy:
-                return bk.numpy(d.mode()), np.empty(0)
-            a = d.sample()
-            return bk.numpy(a), bk.numpy(d.log_prob(a))
+    def act(
+        self, obs: np.ndarray, rng: np.random.Generator | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and their log-probabilities, sampled with ``rng`` (greedy actions and an
+        empty array without one). Runs on the numpy copy of the actor: acting issues no
+        framework operation. Values are not computed here: :meth:`PPOAgent.learn` scores the
+        whole rollout in one batched pass."""
+        out = self._policy(obs)[0]
+        if self.discrete:
+            logp = out - out.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            if rng is None:
+                return logp.argmax(-1), np.empty(0)
+            actions = (logp + rng.gumbel(size=logp.shape)).argmax(-1)  # Gumbel-max sampling
+            return actions, np.take_along_axis(logp, actions[:, None], -1)[:, 0]
+        if rng is None:
+            return out, np.empty(0)
+        std = np.exp(self._log_std)
+        noise = rng.standard_normal(out.shape).astype(np.float32)
+        actions = out + std * noise
+        logp = (-0.5 * noise**2 - self._log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+        return actions, logp.astype(np.float32)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        bk = self.backend
-        with bk.no_grad():
-            return bk.numpy(self.value(bk.tensor(obs)))
+        return self._policy(obs)[1][:, 0]
 
     def learn(self, batch: RolloutBatch) -> dict[str, float]:
         bk, c = self.backend, self.config
@@ -169,6 +180,7 @@ class PPO(Algorithm):
         bk.load_state(self.optimizer, state["optimizer"])
         if not self.discrete:
             bk.load_state(self.log_std, state["log_std"])
+        self.refresh_policy()
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         weights = self.backend.get_weights(self.net)
@@ -182,6 +194,7 @@ class PPO(Algorithm):
         self.backend.set_weights(self.net, w)
         if log_std is not None:
             self.backend.assign(self.log_std, log_std)
+        self.refresh_policy()
 
 
 class PPOAgent(Agent):
@@ -215,12 +228,12 @@ class PPOAgent(Agent):
         return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(obs, greedy=False)
+        actions, log_probs = self.algorithm.act(obs, self.rng)
         extras = {"log_prob": log_probs, "action": actions}
         return self._to_env(actions), extras
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.algorithm.act(obs, greedy=True)[0])
+        return self._to_env(self.algorithm.act(obs)[0])
 
     def observe(self, transition: Transition) -> None:
         t = transition
@@ -260,6 +273,7 @@ class PPOAgent(Agent):
             if c.target_kl is not None and metrics["losses/approx_kl"] > c.target_kl:
                 break
         self.buffer.reset()
+        self.algorithm.refresh_policy()
         out = {k: v / max(count, 1) for k, v in totals.items()}
         out["charts/learning_rate"] = lr
         return out
