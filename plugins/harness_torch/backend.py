@@ -156,7 +156,9 @@ class TorchBackend:
         def forward(x: np.ndarray) -> Any:
             with torch.no_grad():
                 out = model(self.tensor(x))
-            return [self.numpy(o) for o in out] if isinstance(out, list | tuple) else self.numpy(out)
+            if isinstance(out, list | tuple):
+                return [self.numpy(o) for o in out]
+            return self.numpy(out)
 
         return forward
 
