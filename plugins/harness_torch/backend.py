@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from harness.errors import ConfigError
@@ -84,6 +85,9 @@ class TorchBackend:
         self._device = torch.device(self.device)
         threads = config.threads or cpu_share(config.processes_per_host)
         torch.set_num_threads(threads)
+        # acting runs numpy matmuls (inference()): give numpy's BLAS the same CPU share, or
+        # OpenBLAS spreads tiny products over every core and spin-waits on the rest
+        threadpool_limits(threads, user_api="blas")
         if config.deterministic:
             torch.use_deterministic_algorithms(True)
         log.info("torch %s on %s with %d threads", torch.__version__, self.device, threads)
