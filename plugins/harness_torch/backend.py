@@ -249,10 +249,14 @@ class TorchBackend:
     ) -> float:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        limit = max_grad_norm if max_grad_norm is not None else float("inf")
-        norm = nn.utils.clip_grad_norm_(params, limit)
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         with torch.no_grad():
+            # clip_grad_norm_'s arithmetic (same formula and eps) without its per-call
+            # device/dtype grouping: ~30 us instead of ~125 us for PPO's six tensors
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            if max_grad_norm is not None:
+                coef = torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0)
+                torch._foreach_mul_(grads, coef)
             _plain_step(type(optimizer))(optimizer)
         return float(norm)
 
