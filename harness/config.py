@@ -337,7 +337,6 @@ class RawConfig:
 
     sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SECTIONS})
     sources: dict[str, str] = field(default_factory=dict)
-    pack_dir: Path | None = None
     algo_of: dict[str, str | None] = field(default_factory=dict)
     """For each [algo] key, the algorithm its layer was written for (None: whichever is chosen)."""
 
@@ -382,7 +381,6 @@ def layer(
         raw.merge({"run": {"backend": environ["HARNESS_BACKEND"]}}, "HARNESS_BACKEND")
     if pack_file is not None:
         raw.merge_file(pack_file)
-        raw.pack_dir = pack_file.parent
     for path in user_files:
         raw.merge_file(Path(path))
     for text in overrides:

@@ -183,11 +183,3 @@ def _drop_records_of(registry: Registry, plugin: str) -> None:
         table = getattr(registry, kind)
         for key in [k for k, r in table.items() if r.plugin == plugin]:
             del table.records[key]
-
-
-def load(
-    *, blocked: Iterable[str] = (), load: Iterable[str] = ()
-) -> tuple[HarnessPluginManager, Registry]:
-    """Convenience for hosts: a manager plus its registry."""
-    pm = make_plugin_manager(blocked=blocked, load=load)
-    return pm, collect_registry(pm)
