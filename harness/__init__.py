@@ -6,6 +6,16 @@ Importing this package loads numpy and pluggy only; frameworks and environments 
 from __future__ import annotations
 
 from harness.hookspecs import hookimpl, hookspec
+from harness.remote import ActorLost, RemoteError, connect, release, remote
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "hookimpl", "hookspec"]
+__all__ = [
+    "ActorLost",
+    "RemoteError",
+    "__version__",
+    "connect",
+    "hookimpl",
+    "hookspec",
+    "release",
+    "remote",
+]

@@ -16,7 +16,7 @@ fi
 stamp=.venv/.harness-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[torch,dev]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[torch,zmq,dev]'
   touch "$stamp"
 fi
 

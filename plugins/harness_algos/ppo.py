@@ -83,6 +83,8 @@ class PPO(Algorithm):
             params.append(self.log_std)
         self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=1e-5)
         self.clip_range = config.clip_range
+        self._batch: RolloutBatch | None = None
+        self._tensors: tuple[Any, ...] = ()
         self.refresh_policy()
 
     def refresh_policy(self) -> None:
@@ -124,12 +126,23 @@ class PPO(Algorithm):
     def values(self, obs: np.ndarray) -> np.ndarray:
         return self._policy(obs)[1][:, 0]
 
-    def learn(self, batch: RolloutBatch) -> dict[str, float]:
+    def learn(self, batch: RolloutBatch, *, diagnostics: bool = True) -> dict[str, float]:
+        """One clipped-surrogate step on ``batch``. Passing the same batch object again (a
+        rollout that fits in one minibatch, trained for several epochs) reuses its tensors.
+        Without ``diagnostics`` the losses, KL and clip fraction are not read back (an empty
+        dict is returned), which saves several framework round trips per step."""
         bk, c = self.backend, self.config
-        obs = bk.tensor(batch.obs)
-        actions = bk.tensor(batch.actions, "int64" if self.discrete else "float32")
-        old_logp, adv = bk.tensor(batch.log_probs), bk.tensor(batch.advantages)
-        returns, old_values = bk.tensor(batch.returns), bk.tensor(batch.values)
+        if batch is not self._batch:
+            self._batch = batch
+            self._tensors = (
+                bk.tensor(batch.obs),
+                bk.tensor(batch.actions, "int64" if self.discrete else "float32"),
+                bk.tensor(batch.log_probs),
+                bk.tensor(batch.advantages),
+                bk.tensor(batch.returns),
+                bk.tensor(batch.values),
+            )
+        obs, actions, old_logp, adv, returns, old_values = self._tensors
         d, v = self.forward(obs)
         logp = d.log_prob(actions)
         log_ratio = logp - old_logp
@@ -142,10 +155,17 @@ class PPO(Algorithm):
             v_loss = bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
         else:
             v_loss = bk.mean(bk.mse(v, returns))
-        entropy = bk.mean(d.entropy())
-        loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
+        loss = pg_loss + c.vf_coef * v_loss
+        entropy = None
+        if c.ent_coef:  # kept out of the graph when it does not contribute to the loss
+            entropy = bk.mean(d.entropy())
+            loss = loss - c.ent_coef * entropy
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        if not diagnostics:
+            return {}
         with bk.no_grad():
+            if entropy is None:
+                entropy = bk.mean(d.entropy())
             r = bk.numpy(ratio)
             approx_kl = float(np.mean((r - 1.0) - np.log(r)))
             clip_frac = float(np.mean(np.abs(r - 1.0) > clip))
@@ -261,14 +281,24 @@ class PPOAgent(Agent):
         self.buffer.compute_gae(last_values, c.gamma, c.gae_lambda)
         totals: dict[str, float] = {}
         count = 0
-        for _ in range(c.n_epochs):
-            for batch in self.buffer.minibatches(
-                c.batch_size, self.rng, normalize_advantages=c.normalize_advantage
-            ):
-                metrics = self.algorithm.learn(batch)
+        # a rollout that fits in one minibatch is the same batch every epoch (the order of
+        # samples inside it does not change the gradient): build it once
+        one_batch = c.batch_size >= buf.num_steps * buf.num_envs
+        batches: list[RolloutBatch] = []
+        for epoch in range(c.n_epochs):
+            # losses and KL are read back on the last epoch only, or every epoch for target_kl
+            diagnostics = c.target_kl is not None or epoch == c.n_epochs - 1
+            if not (one_batch and batches):
+                batches = list(
+                    self.buffer.minibatches(
+                        c.batch_size, self.rng, normalize_advantages=c.normalize_advantage
+                    )
+                )
+            for batch in batches:
+                metrics = self.algorithm.learn(batch, diagnostics=diagnostics)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value
-                count += 1
+                count += bool(metrics)
                 self.updates += 1
             if c.target_kl is not None and metrics["losses/approx_kl"] > c.target_kl:
                 break

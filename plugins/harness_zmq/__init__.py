@@ -1,0 +1,1 @@
+"""The ZeroMQ transport: actor farm, cluster master/workers and web monitor."""

@@ -1,0 +1,187 @@
+"""The wire format: one versioned, typed envelope for every ZeroMQ message.
+
+A message is a multipart ZeroMQ message (after the ROUTER identity frame, where there is one)::
+
+    frame 0      header: a msgpack map {"v": PROTOCOL, "k": kind, ...small typed fields}
+    frame 1..n   payload (optional): frame 1 is a pickle protocol-5 stream, frames 2..n are
+                 its out-of-band buffers (numpy arrays travel as raw frames, never copied into
+                 the pickle)
+
+The header never contains pickled data, so any peer can be answered (or refused) after
+decoding only msgpack. Payloads are unpickled only from authenticated peers: loopback sockets
+(the default, reachable only from this host) or CURVE-authenticated ones (see security.py).
+
+Malformed input raises :class:`MalformedFrame`; every receive loop catches it, counts it and
+drops the message. The invariant kept across protocol versions is that frame 0 is a msgpack map
+with an int "v" and a str "k", so an old peer can always be told what version it spoke.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import msgpack
+
+PROTOCOL = 1
+"""Bumped on any incompatible change of the envelope, the kinds or their fields."""
+
+# bigger buffers than this go out-of-band as their own frames; smaller ones stay in the pickle
+# (a ZeroMQ frame costs more than copying a few KB)
+OOB_MIN_BYTES = 4096
+
+
+class Kind(enum.StrEnum):
+    """Every message kind. The header fields each kind carries are listed beside it."""
+
+    # any peer -> master, and its answers
+    HELLO = "hello"  # role: "client"|"worker", name, pid, host, cpus, gpus, harness (version)
+    WELCOME = "welcome"  # peer_id, master (name), heartbeat_s
+    REFUSED = "refused"  # reason (text naming both versions or the problem)
+    HEARTBEAT = "heartbeat"  # peer_id (+ worker stats in the payload)
+    BYE = "bye"  # peer_id: an orderly disconnect
+
+    # client <-> master: placing actors
+    PLACE = "place"  # id, cpus, gpus, memory_mb -> master picks a worker
+    PLACED = "placed"  # id, actor_id, endpoint (the actor's own ROUTER address)
+    RELEASE = "release"  # actor_id
+    ACTOR_DIED = "actor_died"  # actor_id, reason: master -> owning client
+
+    # master <-> worker
+    SPAWN = "spawn"  # id, actor_id, client_id, cpus, gpus, memory_mb
+    SPAWNED = "spawned"  # id, actor_id, endpoint, pid   |   error
+    KILL = "kill"  # actor_id
+    EXITED = "exited"  # actor_id, reason (exit code / signal): worker -> master
+
+    # client <-> actor (direct connection)
+    INIT = "init"  # id; payload: (cls, args, kwargs, shipped modules)
+    CALL = "call"  # id, m (method); payload: (args, kwargs)
+    GETATTR = "getattr"  # id, name
+    RESULT = "result"  # id; payload: the return value
+    ERROR = "error"  # id, type, message, traceback
+    PING = "ping"  # id
+    PONG = "pong"  # id
+
+    # anyone -> master: status for `harness cluster status` and the monitor
+    STATUS = "status"  # id
+    STATUS_REPLY = "status_reply"  # id; payload: the status dict (msgpack-able)
+    STOP = "stop"  # asks the master to stop its cluster
+
+
+_KINDS = {k.value: k for k in Kind}
+
+
+class MalformedFrame(ValueError):
+    """A message that does not follow the envelope; receivers count and drop it."""
+
+
+@dataclass(slots=True)
+class Message:
+    kind: Kind
+    header: dict[str, Any]
+    payload: list[Any] = field(default_factory=list)
+    """Raw payload frames (``zmq.Frame``/bytes): decode with :func:`loads`."""
+
+
+def pack(kind: Kind, header: dict[str, Any] | None = None, obj: Any = None) -> list[Any]:
+    """Frames for one message; ``obj`` (when not None) is pickled into the payload."""
+    head = {"v": PROTOCOL, "k": kind.value}
+    if header:
+        head.update(header)
+    frames: list[Any] = [msgpack.packb(head)]
+    if obj is not None:
+        frames += dumps(obj)
+    return frames
+
+
+def pack_data(kind: Kind, header: dict[str, Any] | None, data: Any) -> list[Any]:
+    """Frames whose payload is msgpack (no pickle): for data read from any peer (status)."""
+    head = {"v": PROTOCOL, "k": kind.value}
+    if header:
+        head.update(header)
+    return [msgpack.packb(head), msgpack.packb(data)]
+
+
+def unpack(frames: Sequence[Any]) -> Message:
+    """Decode the header of a received message (no payload is unpickled here).
+
+    Raises MalformedFrame when frame 0 is not a msgpack map with int "v" and a known "k".
+    A different "v" is not an error here: callers compare it with PROTOCOL and refuse."""
+    if not frames:
+        raise MalformedFrame("empty message")
+    try:
+        head = msgpack.unpackb(_bytes(frames[0]))
+    except Exception as exc:  # msgpack raises several types on garbage
+        raise MalformedFrame(f"header is not msgpack ({type(exc).__name__})") from None
+    if not isinstance(head, dict):
+        raise MalformedFrame(f"header is a {type(head).__name__}, not a map")
+    version, kind = head.get("v"), head.get("k")
+    if not isinstance(version, int) or not isinstance(kind, str):
+        raise MalformedFrame("header lacks an int 'v' or a str 'k'")
+    if version == PROTOCOL:
+        known = _KINDS.get(kind)
+        if known is None:
+            raise MalformedFrame(f"unknown message kind {kind[:40]!r}")
+    else:  # another version: only its version can be trusted; let the caller refuse it
+        known = Kind.HELLO if kind == Kind.HELLO.value else Kind.REFUSED
+    return Message(known, head, list(frames[1:]))
+
+
+def load_data(payload: Sequence[Any]) -> Any:
+    """Decode a msgpack payload made by :func:`pack_data`."""
+    if len(payload) != 1:
+        raise MalformedFrame(f"expected one msgpack payload frame, got {len(payload)}")
+    try:
+        return msgpack.unpackb(_bytes(payload[0]))
+    except Exception as exc:
+        raise MalformedFrame(f"payload is not msgpack ({type(exc).__name__})") from None
+
+
+def dumps(obj: Any) -> list[Any]:
+    """Pickle ``obj`` with protocol 5; large contiguous buffers (numpy arrays) become extra
+    frames instead of being copied into the stream. Classes and functions defined in
+    ``__main__`` or registered with ``cloudpickle.register_pickle_by_value`` travel by value."""
+    buffers: list[Any] = []
+
+    def keep(buf: pickle.PickleBuffer) -> bool:
+        raw = buf.raw()
+        if raw.nbytes < OOB_MIN_BYTES:
+            return True  # in-band
+        buffers.append(raw)
+        return False
+
+    stream = io.BytesIO()
+    cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=keep).dump(obj)
+    return [stream.getbuffer(), *buffers]
+
+
+def loads(payload: Sequence[Any]) -> Any:
+    """Inverse of :func:`dumps` (only for payloads from authenticated peers).
+
+    Raises MalformedFrame when the payload cannot be unpickled."""
+    if not payload:
+        raise MalformedFrame("message has no payload")
+    try:
+        return pickle.loads(_bytes(payload[0]), buffers=[_buffer(f) for f in payload[1:]])
+    except MalformedFrame:
+        raise
+    except Exception as exc:
+        raise MalformedFrame(f"payload does not unpickle: {type(exc).__name__}: {exc}") from exc
+
+
+def _bytes(frame: Any) -> Any:
+    """bytes-like view of a frame (zmq.Frame, bytes or memoryview) without copying."""
+    buffer = getattr(frame, "buffer", None)
+    return buffer if buffer is not None else frame
+
+
+def _buffer(frame: Any) -> Any:
+    # numpy arrays rebuilt from out-of-band buffers must be writable like the originals:
+    # a zmq.Frame's buffer is read-only, so those are copied once into a bytearray
+    view = memoryview(_bytes(frame))
+    return view if not view.readonly else bytearray(view)
