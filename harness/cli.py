@@ -37,7 +37,12 @@ EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "cluster":  # the transport parses its own arguments
+        args.rest = [*extra, *args.rest]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.plugins = [*args.plugins_top, *getattr(args, "plugins", [])]
     logging.basicConfig(
         level=logging.DEBUG
@@ -195,6 +200,16 @@ def _parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plugins", parents=[common], help="list plugins and what they register")
     pl.set_defaults(func=cmd_plugins)
+
+    cl = sub.add_parser(
+        "cluster",
+        parents=[common],
+        add_help=False,
+        help="start, join, inspect or stop a distributed cluster ('harness cluster --help')",
+    )
+    cl.add_argument("--transport", default="zmq", help="transport plugin (default: zmq)")
+    cl.add_argument("rest", nargs=argparse.REMAINDER)
+    cl.set_defaults(func=cmd_cluster)
     return parser
 
 
@@ -255,6 +270,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = train(config, registry, pm, resume=resume)
     _print_summary(result.as_dict())
     return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    _, registry = _load_plugins(*_plugin_flags(args.plugins))
+    spec = registry.transports.get(args.transport)
+    if spec.cluster is None:
+        raise HarnessError(
+            f"transport {spec.name!r} has no cluster commands; clusters come with the 'zmq' "
+            f"transport (pip install 'harness[zmq]')."
+        )
+    return spec.cluster(list(args.rest))
 
 
 def _pack_file(pack: str, registry: Registry) -> Path:

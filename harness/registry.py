@@ -7,7 +7,7 @@ environment happens only when a run actually selects that component.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -65,12 +65,15 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class TransportSpec:
-    """A distribution transport (ZeroMQ farm, Ray): ``connect(address, **options)``."""
+    """A distribution transport (ZeroMQ farm, Ray): ``connect(address, **options)`` returns a
+    :class:`harness.remote.Client`. ``cluster(argv) -> exit code``, when given, implements
+    ``harness cluster ...`` for this transport (it parses ``argv`` itself)."""
 
     name: str
     connect: Callable[..., Any]
     description: str = ""
     plugin: str = ""
+    cluster: Callable[[Sequence[str]], int] | None = None
 
 
 @dataclass(frozen=True)
