@@ -238,6 +238,9 @@ class Agent(abc.ABC):
 
     name: str = "agent"
     rollout_len: int = 1
+    on_policy: bool = False
+    """True when ``learn`` needs experience from the current policy only (PPO): remote
+    actors then wait for the newest weights before every rollout."""
 
     def __init__(
         self,

@@ -74,6 +74,21 @@ class RunConfig:
     """Show a live progress bar."""
     log_every: int = 2_000
     """Env steps between metric rows written to trackers."""
+    actors: int = 0
+    """Remote actor processes stepping the envs (num_envs is split evenly across them); 0 runs
+    the envs in this process."""
+    cluster: str = ""
+    """Cluster address for the actors (tcp://HOST:PORT of `harness cluster start`); empty
+    starts an embedded local farm on this machine."""
+    cluster_keys: str = ""
+    """CURVE key directory (`harness cluster keys DIR`) for a cluster on a non-loopback address."""
+    transport: str = "zmq"
+    """Transport plugin that runs the actors."""
+    max_policy_lag: int = 1
+    """Rollouts an actor of an off-policy algorithm may run ahead of the learner's weights
+    (on-policy algorithms always wait for the newest weights)."""
+    actor_memory_mb: int = 0
+    """Address-space limit per actor process in MiB; 0 means no limit."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ lifecycle hooks run per iteration, never per env step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from harness import __version__
 from harness.api import Agent, EnvInfo, Transition
 from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
 from harness.config import Config, RunConfig, write_resolved
-from harness.errors import CheckpointError, IncompatibleError, PluginError
+from harness.errors import CheckpointError, ConfigError, IncompatibleError, PluginError
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
 from harness.runtime.spaces import env_info
@@ -86,6 +87,8 @@ class Run:
     eval_history: list[tuple[int, float]] = field(default_factory=list)
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     log: logging.Logger = log
+    collector: Any = None
+    """Where experience comes from: SerialCollector, or FarmCollector with remote actors."""
 
     @property
     def recent_return(self) -> float:
@@ -164,9 +167,19 @@ def build_run(
         run_dir = Path(resume)
     else:
         run_dir = new_run_dir(config)
-    envs = make_envs(config, registry, config.run.num_envs, seed=None)
+    farm = config.run.actors > 0
+    if farm and config.run.actors > config.run.num_envs:
+        raise ConfigError(
+            f"run.actors = {config.run.actors} is more than run.num_envs = "
+            f"{config.run.num_envs}: each actor steps at least one env. Raise run.num_envs "
+            f"(it is split across the actors) or lower run.actors."
+        )
+    # with remote actors the envs live there; one local env describes the spaces
+    envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
     try:
         info = env_info(config.run.env, envs)
+        if farm:
+            info = dataclasses.replace(info, num_envs=config.run.num_envs)
         agent = make_agent(config, registry, info)
     except BaseException:
         envs.close()
@@ -217,7 +230,11 @@ def train(
     summary: dict[str, Any] = {}
     try:
         pm.hook.harness_run_start(run=run)
-        stopped = _loop(run)
+        collector = run.collector = _collector(run)
+        try:
+            stopped = _loop(run, collector)
+        finally:
+            collector.close()
         if not run.eval_history or run.eval_history[-1][0] != run.step:
             _evaluate_and_record(run)
         ckpt = _checkpoint(run)
@@ -243,14 +260,64 @@ def train(
         run.envs.close()
 
 
-def _loop(run: Run) -> bool:
+class EnvStepper:
+    """Steps a vector env with an agent's exploratory actions and keeps the episode
+    statistics; the same code runs in this process (serial runs) and in remote actors."""
+
+    def __init__(self, envs: Any, seed: int) -> None:
+        self.envs = envs
+        self.n = envs.num_envs
+        self.obs, _ = envs.reset(seed=seed)
+        self.ep_return = np.zeros(self.n)
+        self.ep_length = np.zeros(self.n, dtype=np.int64)
+
+    def step(self, agent: Agent, finished: list[tuple[float, int]]) -> Transition:
+        """One vector step; appends (return, length) of episodes that ended to ``finished``.
+        The transition's ``next_obs`` holds the true final observation of ended episodes."""
+        obs = self.obs
+        actions, extras = agent.sample(obs)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        done = terminated | truncated
+        real_next = next_obs
+        self.ep_return += rewards
+        self.ep_length += 1
+        if done.any():
+            real_next = next_obs.copy()
+            final_mask = infos["_final_obs"]
+            for i in np.flatnonzero(final_mask):
+                real_next[i] = infos["final_obs"][i]
+            for i in np.flatnonzero(done):
+                finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
+                self.ep_return[i] = 0.0
+                self.ep_length[i] = 0
+        self.obs = next_obs
+        return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
+
+
+class SerialCollector:
+    """Experience from envs stepped in this process."""
+
+    def __init__(self, run: Run) -> None:
+        self.stepper = EnvStepper(run.envs, run.config.run.seed + run.step)
+
+    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
+        agent, stepper = run.agent, self.stepper
+        for _ in range(agent.rollout_len):
+            agent.observe(stepper.step(agent, finished))
+            run.step += stepper.n
+
+    def after_learn(self, run: Run) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _loop(run: Run, collector: Any) -> bool:
     """Iterate until the step budget or the return threshold; True when stopped early."""
     cfg = run.config.run
-    envs, agent = run.envs, run.agent
-    n = envs.num_envs
-    obs, _ = envs.reset(seed=cfg.seed + run.step)
-    ep_return = np.zeros(n)
-    ep_length = np.zeros(n, dtype=np.int64)
+    agent = run.agent
+    finished: list[tuple[float, int]] = []
     window_returns: list[float] = []
     window_lengths: list[int] = []
     next_log = run.step + cfg.log_every
@@ -258,31 +325,15 @@ def _loop(run: Run) -> bool:
     next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
     t_window, steps_window = time.perf_counter(), run.step
     while run.step < cfg.total_steps:
-        for _ in range(agent.rollout_len):
-            actions, extras = agent.sample(obs)
-            next_obs, rewards, terminated, truncated, infos = envs.step(actions)
-            done = terminated | truncated
-            real_next = next_obs
-            if done.any():
-                real_next = next_obs.copy()
-                final_mask = infos["_final_obs"]
-                for i in np.flatnonzero(final_mask):
-                    real_next[i] = infos["final_obs"][i]
-            agent.observe(
-                Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
-            )
-            ep_return += rewards
-            ep_length += 1
-            for i in np.flatnonzero(done):
-                window_returns.append(float(ep_return[i]))
-                window_lengths.append(int(ep_length[i]))
-                run.recent.append(float(ep_return[i]))
-                run.episodes += 1
-                ep_return[i] = 0.0
-                ep_length[i] = 0
-            obs = next_obs
-            run.step += n
+        collector.collect(run, finished)
+        for ep_return, ep_length in finished:
+            window_returns.append(ep_return)
+            window_lengths.append(ep_length)
+            run.recent.append(ep_return)
+        run.episodes += len(finished)
+        finished.clear()
         metrics = dict(agent.learn())
+        metrics.update(collector.after_learn(run))
         run.iteration += 1
         if window_returns:
             metrics["charts/episodic_return"] = float(np.mean(window_returns))
@@ -311,6 +362,14 @@ def _loop(run: Run) -> bool:
             _checkpoint(run)
             next_ckpt = run.step + cfg.checkpoint_every
     return False
+
+
+def _collector(run: Run) -> Any:
+    if run.config.run.actors <= 0:
+        return SerialCollector(run)
+    from harness.runtime.farm import FarmCollector
+
+    return FarmCollector(run)
 
 
 def _evaluate_and_record(run: Run) -> EvalResult:

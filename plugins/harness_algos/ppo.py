@@ -228,6 +228,7 @@ class PPOAgent(Agent):
     ) -> None:
         super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.name = "ppo"
+        self.on_policy = True
         self.rollout_len = config.n_steps
         discrete = info.action.kind == "discrete"
         self.buffer = RolloutBuffer(

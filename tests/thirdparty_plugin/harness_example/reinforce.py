@@ -120,6 +120,7 @@ class ReinforceAgent(Agent):
     def __init__(self, algorithm: Reinforce, info: EnvInfo, config: ReinforceConfig) -> None:
         super().__init__(algorithm, info, config)
         self.name = "example_reinforce"
+        self.on_policy = True
         self.rollout_len = config.rollout_len
         self.open: list[list[tuple[np.ndarray, int, float]]] = [[] for _ in range(info.num_envs)]
         self.finished: list[list[tuple[np.ndarray, int, float]]] = []

@@ -1,0 +1,259 @@
+"""The actor farm: remote actors step the envs with copies of the policy, the learner observes
+their rollouts and broadcasts new weights with a version number.
+
+Transport-neutral: actors are ``@harness.remote`` objects of whatever transport
+``run.transport`` names (ZeroMQ by default; an embedded local farm when ``run.cluster`` is
+empty). ``run.num_envs`` is split across ``run.actors``; every iteration each actor returns
+one chunk of ``agent.rollout_len`` vector steps, and the learner observes them step by step in
+actor order, so the agent sees exactly the layout a serial run with ``num_envs`` envs gives.
+
+- On-policy agents (``agent.on_policy``) get every rollout from the newest weights: the next
+  rollout is requested after the weights of the last update are sent.
+- Off-policy agents let each actor run ``run.max_policy_lag`` rollouts ahead, so actors keep
+  stepping while the learner learns; each chunk carries its weights version and the lag is
+  reported.
+- Bounded inbox: at most ``actors * max(1, max_policy_lag)`` chunks are requested or held at
+  any time (backpressure: a slow learner slows the actors, never grows memory).
+- An actor that dies (``ActorLost``) is replaced, given the current weights and asked again;
+  chunks are atomic, so a transition is observed exactly once or (if it never arrived) never.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.api import Agent, Transition
+from harness.config import Config
+from harness.errors import HarnessError
+from harness.remote import ActorLost, ActorOptions, Client, RemoteClass
+
+if TYPE_CHECKING:
+    from harness.runtime.run import Run
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS_PER_ACTOR = 1000
+"""A run whose actor keeps dying more often than this stops with an error (a crash loop)."""
+
+
+class RolloutActor:
+    """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent."""
+
+    def __init__(self, config: Config, index: int, num_envs: int, seed: int) -> None:
+        from harness.plugins import collect_registry, make_plugin_manager
+        from harness.runtime.run import EnvStepper, make_agent, make_envs
+        from harness.runtime.spaces import env_info
+
+        registry = collect_registry(make_plugin_manager())
+        self.envs = make_envs(config, registry, num_envs, seed=None)
+        self.agent: Agent = make_agent(config, registry, env_info(config.run.env, self.envs))
+        self.agent.rng = np.random.default_rng([seed, index])
+        self.stepper = EnvStepper(self.envs, seed)
+        self.index = index
+        self.version = -1
+
+    def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
+        self.agent.set_weights(weights)
+        self.agent.env_steps = env_steps  # exploration schedules follow the learner
+        self.version = version
+
+    def rollout(self, steps: int) -> dict[str, Any]:
+        """``steps`` vector steps; arrays are stacked time-major: ``(steps, num_envs, ...)``."""
+        start = time.perf_counter()
+        finished: list[tuple[float, int]] = []
+        transitions = [self.stepper.step(self.agent, finished) for _ in range(steps)]
+        self.agent.env_steps += steps * self.stepper.n
+        chunk: dict[str, Any] = {
+            name: np.stack([getattr(t, name) for t in transitions])
+            for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+        }
+        chunk["extras"] = {
+            key: np.stack([t.extras[key] for t in transitions]) for key in transitions[0].extras
+        }
+        chunk.update(
+            index=self.index,
+            version=self.version,
+            episodes=finished,
+            seconds=time.perf_counter() - start,
+        )
+        return chunk
+
+    def pid(self) -> int:
+        """The actor's process id (tests and the monitor use it)."""
+        return os.getpid()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+@dataclass
+class _Slot:
+    """One actor position: its proxy, its seed and the rollouts requested from it."""
+
+    index: int
+    num_envs: int
+    seed: int
+    proxy: Any = None
+    inflight: deque[Future[Any]] = field(default_factory=deque)
+    restarts: int = 0
+    steps_per_s: float = 0.0
+
+
+class FarmCollector:
+    """Experience from remote actors (see the module docstring)."""
+
+    def __init__(self, run: Run) -> None:
+        cfg = run.config.run
+        self.config = run.config
+        self.agent = run.agent
+        self.steps = run.agent.rollout_len
+        self.lag = 0 if run.agent.on_policy else max(0, cfg.max_policy_lag)
+        options: dict[str, Any] = {}
+        if cfg.cluster_keys:
+            options["keys"] = cfg.cluster_keys
+        spec = run.registry.transports.get(cfg.transport)
+        self.client: Client = spec.connect(cfg.cluster or None, **options)
+        self.actor_cls = RemoteClass(
+            RolloutActor, ActorOptions(cpus=1.0, memory_mb=cfg.actor_memory_mb or None)
+        )
+        sizes = np.array_split(np.arange(cfg.num_envs), cfg.actors)
+        self.slots = [
+            _Slot(i, len(s), cfg.seed * 100_003 + run.step + 7919 * i) for i, s in enumerate(sizes)
+        ]
+        self.version = 0
+        self.restarts = 0
+        self.received_steps = 0
+        self.lost_rollouts = 0
+        self.lags: list[int] = []
+        try:
+            with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
+                list(pool.map(self._start, self.slots))
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "actor farm: %d actors over %s, %d envs",
+            len(self.slots),
+            cfg.cluster or "an embedded local farm",
+            cfg.num_envs,
+        )
+
+    # -- actors --------------------------------------------------------------------------
+    def _start(self, slot: _Slot) -> None:
+        seed = slot.seed + 1_000_003 * slot.restarts
+        slot.proxy = self.actor_cls(
+            self.config, slot.index, slot.num_envs, seed, _client=self.client
+        )
+        slot.proxy.set_weights.future(self.version, self.agent.weights(), self.agent.env_steps)
+
+    def _replace(self, slot: _Slot, error: BaseException) -> None:
+        slot.restarts += 1
+        self.restarts += 1
+        if slot.restarts > MAX_RESTARTS_PER_ACTOR:
+            raise HarnessError(
+                f"actor {slot.index} died {slot.restarts} times; last error: {error}"
+            ) from error
+        log.warning("actor %d lost (%s); starting a replacement", slot.index, error)
+        self.lost_rollouts += len(slot.inflight) + 1  # requested, never delivered
+        slot.inflight.clear()
+        try:
+            from harness.remote import release
+
+            release(slot.proxy)
+        except Exception:  # already gone
+            pass
+        self._start(slot)
+
+    def _top_up(self, slot: _Slot, depth: int) -> None:
+        while len(slot.inflight) < depth:
+            slot.inflight.append(slot.proxy.rollout.future(self.steps))
+
+    def _next_chunk(self, slot: _Slot) -> dict[str, Any]:
+        while True:
+            self._top_up(slot, max(1, self.lag))
+            try:
+                chunk: dict[str, Any] = slot.inflight[0].result()
+                slot.inflight.popleft()
+            except ActorLost as exc:
+                self._replace(slot, exc)
+                continue
+            lag = self.version - int(chunk["version"])
+            self.lags.append(lag)
+            if self.lag:
+                self._top_up(slot, self.lag)  # keep stepping while the learner learns
+            slot.steps_per_s = self.steps * slot.num_envs / max(chunk["seconds"], 1e-9)
+            return chunk
+
+    # -- the collector interface ---------------------------------------------------------
+    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
+        chunks = [self._next_chunk(slot) for slot in self.slots]
+        for chunk in chunks:
+            finished.extend((float(r), int(n)) for r, n in chunk["episodes"])
+        joined = {
+            name: np.concatenate([c[name] for c in chunks], axis=1)
+            for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+        }
+        extras = {
+            key: np.concatenate([c["extras"][key] for c in chunks], axis=1)
+            for key in chunks[0]["extras"]
+        }
+        n = self.config.run.num_envs
+        for t in range(self.steps):
+            run.agent.observe(
+                Transition(
+                    joined["obs"][t],
+                    joined["actions"][t],
+                    joined["rewards"][t],
+                    joined["next_obs"][t],
+                    joined["terminated"][t],
+                    joined["truncated"][t],
+                    {key: value[t] for key, value in extras.items()},
+                )
+            )
+            run.step += n
+        self.received_steps += self.steps * n
+
+    def after_learn(self, run: Run) -> dict[str, float]:
+        self.version += 1
+        weights, env_steps = self.agent.weights(), self.agent.env_steps
+        for slot in self.slots:
+            slot.proxy.set_weights.future(self.version, weights, env_steps)
+        rates = [s.steps_per_s for s in self.slots]
+        metrics = {
+            "farm/actors": float(len(self.slots)),
+            "farm/weights_version": float(self.version),
+            "farm/policy_lag": float(np.mean(self.lags)) if self.lags else 0.0,
+            "farm/policy_lag_max": float(max(self.lags, default=0)),
+            "farm/actor_restarts": float(self.restarts),
+            "farm/lost_rollouts": float(self.lost_rollouts),
+            "farm/received_steps": float(self.received_steps),
+            "farm/inbox": float(sum(len(s.inflight) for s in self.slots)),
+            "farm/actor_sps_min": float(min(rates)),
+            "farm/actor_sps_mean": float(np.mean(rates)),
+        }
+        self.lags.clear()
+        report = getattr(self.client, "report_metrics", None)
+        if report is not None:
+            report(
+                {
+                    "steps_per_s": metrics["farm/actor_sps_mean"] * len(self.slots),
+                    "policy_lag": metrics["farm/policy_lag"],
+                    "inbox": metrics["farm/inbox"],
+                    "dropped": metrics["farm/lost_rollouts"],
+                }
+            )
+        return metrics
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # closing must not hide the error that ended the run
+            log.exception("closing the actor farm's connection failed")
