@@ -74,6 +74,9 @@ class RunConfig:
     """Show a live progress bar."""
     log_every: int = 2_000
     """Env steps between metric rows written to trackers."""
+    max_seconds: float = 0.0
+    """Stop training after this many seconds of wall-clock (0: no limit); the run still ends
+    with an evaluation and a checkpoint."""
     actors: int = 0
     """Remote actor processes stepping the envs (num_envs is split evenly across them); 0 runs
     the envs in this process."""

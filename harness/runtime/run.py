@@ -87,6 +87,8 @@ class Run:
     eval_history: list[tuple[int, float]] = field(default_factory=list)
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     log: logging.Logger = log
+    stop_requested: bool = False
+    """Set by a plugin (e.g. in harness_iteration_end) to end the run after this iteration."""
     collector: Any = None
     """Where experience comes from: SerialCollector, or FarmCollector with remote actors."""
 
@@ -324,7 +326,11 @@ def _loop(run: Run, collector: Any) -> bool:
     next_eval = run.step + cfg.eval_every if cfg.eval_every > 0 else math.inf
     next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
     t_window, steps_window = time.perf_counter(), run.step
+    deadline = time.monotonic() + cfg.max_seconds if cfg.max_seconds > 0 else math.inf
     while run.step < cfg.total_steps:
+        if time.monotonic() >= deadline:
+            log.info("run.max_seconds = %g reached at step %d", cfg.max_seconds, run.step)
+            return True
         collector.collect(run, finished)
         for ep_return, ep_length in finished:
             window_returns.append(ep_return)
@@ -357,6 +363,9 @@ def _loop(run: Run, collector: Any) -> bool:
         run.pm.hook.harness_iteration_end(run=run, metrics=metrics)
         if stop:
             log.info("eval mean %.1f reached stop_at_return at step %d", run.best_eval, run.step)
+            return True
+        if run.stop_requested:
+            log.info("a plugin asked to stop at step %d", run.step)
             return True
         if run.step >= next_ckpt:
             _checkpoint(run)

@@ -25,8 +25,17 @@ class GymConfig:
     """Override the registered time limit."""
 
 
-def accepts(env_id: str) -> bool:
+def _gym() -> Any:
+    """gymnasium, with harness's own ids registered (once)."""
     import gymnasium as gym
+
+    if "harness/Delay-v0" not in gym.registry:
+        gym.register("harness/Delay-v0", entry_point="harness_gymnasium.delay:DelayEnv")
+    return gym
+
+
+def accepts(env_id: str) -> bool:
+    gym = _gym()
 
     try:
         gym.spec(env_id)
@@ -36,7 +45,7 @@ def accepts(env_id: str) -> bool:
 
 
 def known_ids() -> list[str]:
-    import gymnasium as gym
+    gym = _gym()
 
     return list(gym.registry)
 
@@ -50,8 +59,9 @@ def make_env(
     options: GymConfig | None = None,
 ) -> Any:
     """A gymnasium VectorEnv with SAME_STEP autoreset, reset with ``seed`` when given."""
-    import gymnasium as gym
     from gymnasium.vector import AutoresetMode
+
+    gym = _gym()
 
     options = options or GymConfig()
     if vector not in ("sync", "async"):
@@ -84,6 +94,7 @@ def harness_register_envs() -> list[EnvSpec]:
             accepts=accepts,
             config_cls=GymConfig,
             known_ids=known_ids,
-            description="any id in gymnasium's registry (classic control, box2d, mujoco, ale)",
+            description="any id in gymnasium's registry (classic control, box2d, mujoco, ale) "
+            "and harness/Delay-v0 (fixed step latency, for farm benchmarks)",
         )
     ]

@@ -1,0 +1,179 @@
+"""Actor-farm overhead at scale: how much of the ideal env throughput reaches the learner.
+
+N actors (default 256) each step one ``harness/Delay-v0`` env whose step sleeps 20 ms, so the
+ideal is N x 50 steps/s (12,800 for 256) and sleeping actors fit on two cores. The learner runs
+DQN through the real runner (``harness.runtime.train`` with ``run.actors = N`` on an embedded
+ZeroMQ farm): actors sample actions with their copy of the policy, stream rollouts, receive
+weights after every update. Measured after the farm is up (actor start-up is reported apart):
+
+- steps/s delivered to the learner (observed by the agent) over the measuring window, and its
+  ratio to the ideal (target >= 90%);
+- memory: the learner's RSS and the actors' summed PSS (proportional set size, which counts
+  pages shared by the fork server once) at the start and the end of the window ("flat": the
+  end is within a few percent of the start).
+
+    .venv/bin/python tools/bench_farm.py                     # 256 actors, 60 s window
+    .venv/bin/python tools/bench_farm.py --actors 32 --seconds 15   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import hookimpl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def memory(pids: list[int]) -> tuple[float, float]:
+    """(learner RSS MiB, summed PSS MiB of ``pids``)."""
+    import psutil
+
+    me = psutil.Process().memory_info().rss / 2**20
+    total = 0.0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss / 2**20
+        except (psutil.Error, AttributeError):
+            continue
+    return me, total
+
+
+class Probe:
+    """A plugin: marks the start of the window once every actor delivered, samples memory,
+    and counts the steps observed in the window."""
+
+    def __init__(self, warmup: float, window: float) -> None:
+        self.warmup, self.window = warmup, window
+        self.t0: float | None = None
+        self.step0 = 0
+        self.t_end: float | None = None
+        self.step_end = 0
+        self.mem_start: tuple[float, float] | None = None
+        self.mem_end: tuple[float, float] | None = None
+        self.farm_up: float | None = None
+        self.started = time.monotonic()
+        self.last: dict[str, float] = {}
+        self.pids: list[int] = []
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        now = time.monotonic()
+        self.last = {k: v for k, v in metrics.items() if k.startswith("farm/")}
+        if self.farm_up is None:
+            self.farm_up = now - self.started
+            self.pids = [slot.proxy.pid() for slot in run.collector.slots]
+            self.warm_until = now + self.warmup
+            return
+        if self.t0 is None and now >= self.warm_until:
+            self.t0, self.step0 = now, run.step
+            self.mem_start = memory(self.pids)
+        elif self.t0 is not None and self.t_end is None and now >= self.t0 + self.window:
+            self.t_end, self.step_end = now, run.step
+            self.mem_end = memory(self.pids)
+            run.stop_requested = True
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--actors", type=int, default=256)
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--seconds", type=float, default=60.0, help="measuring window")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds after the farm is up")
+    p.add_argument("--rollout", type=int, default=16, help="vector steps per actor rollout")
+    p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
+    p.add_argument("--json", help="also write the result here")
+    args = p.parse_args(argv)
+
+    from harness.config import find_pack_file, layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+    from harness.runtime import train
+
+    pm = make_plugin_manager()
+    probe = Probe(args.warmup, args.seconds)
+    pm.register(probe, name="bench-probe")
+    registry = collect_registry(pm)
+    out = tempfile.mkdtemp(prefix="bench_farm_")
+    n = args.actors
+    overrides = [
+        "env='harness/Delay-v0'",
+        f"env.kwargs={{step_seconds={args.step_ms / 1000}}}",
+        f"actors={n}",
+        f"num_envs={n}",
+        "total_steps=1_000_000_000",
+        f"max_seconds={args.seconds * 20 + 600}",
+        "eval_every=0",
+        "eval_episodes=1",
+        "checkpoint_every=0",
+        "trackers=[]",
+        "progress=false",
+        f"out='{out}'",
+        f"max_policy_lag={args.lag}",
+        f"algo.train_freq={args.rollout * n}",
+        "algo.gradient_steps=1",
+        "algo.learning_starts=1000",
+        "algo.buffer_size=200_000",
+    ]
+    dqn = ROOT / "competitions" / "cartpole" / "dqn.toml"
+    config = resolve(
+        layer(find_pack_file(ROOT / "competitions" / "cartpole"), [dqn], overrides), registry
+    )
+    load0 = os.getloadavg()
+    t = time.monotonic()
+    train(config, registry, pm)
+    total = time.monotonic() - t
+    if probe.t0 is None or probe.t_end is None or probe.mem_start is None:
+        sys.exit("the run ended before the measuring window closed")
+    sps = (probe.step_end - probe.step0) / (probe.t_end - probe.t0)
+    ideal = n * 1000.0 / args.step_ms
+    mem_end = probe.mem_end or (0.0, 0.0)
+    result = {
+        "actors": n,
+        "step_ms": args.step_ms,
+        "rollout": args.rollout,
+        "max_policy_lag": args.lag,
+        "window_s": round(probe.t_end - probe.t0, 1),
+        "farm_startup_s": round(probe.farm_up or 0.0, 1),
+        "steps_per_s": round(sps, 1),
+        "ideal_steps_per_s": ideal,
+        "fraction_of_ideal": round(sps / ideal, 4),
+        "learner_rss_mib": [round(probe.mem_start[0], 1), round(mem_end[0], 1)],
+        "actors_pss_mib": [round(probe.mem_start[1], 1), round(mem_end[1], 1)],
+        "farm_metrics": probe.last,
+        "total_s": round(total, 1),
+    }
+    header = (
+        f"bench_farm {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; load average "
+        f"{load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f} at start"
+    )
+    print(header)
+    print(f"command: python tools/bench_farm.py {' '.join(argv or sys.argv[1:])}".rstrip())
+    print()
+    print(
+        "| actors | env step | ideal steps/s | delivered steps/s | of ideal | farm start-up s "
+        "| learner RSS MiB (start -> end) | actors PSS MiB (start -> end) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {n} | {args.step_ms:g} ms | {ideal:,.0f} | {sps:,.0f} | {sps / ideal:.1%} | "
+        f"{result['farm_startup_s']} | {probe.mem_start[0]:.0f} -> {mem_end[0]:.0f} | "
+        f"{probe.mem_start[1]:.0f} -> {mem_end[1]:.0f} |"
+    )
+    print()
+    print("farm metrics at the end:", json.dumps(probe.last))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
