@@ -5,7 +5,7 @@ Imports nothing heavy at registration: pyzmq and friends load on the first ``con
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness import hookimpl
@@ -19,12 +19,20 @@ def connect(address: str | None = None, **options: Any) -> Any:
     return _connect(address, **options)
 
 
+def cluster(argv: Sequence[str]) -> int:
+    """``harness cluster ...``: keys, start, join, status, stop."""
+    from harness_zmq.cli import main
+
+    return main(argv)
+
+
 @hookimpl
 def harness_register_transports() -> Iterable[TransportSpec]:
     return [
         TransportSpec(
             "zmq",
             connect,
+            cluster=cluster,
             description="ZeroMQ actor farm: embedded local farm or a `harness cluster`",
         )
     ]

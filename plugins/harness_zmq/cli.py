@@ -1,0 +1,765 @@
+"""``harness cluster keys|start|join|status|stop``: the ZeroMQ transport's cluster commands.
+
+``start`` runs a master and one local worker as background processes (their own sessions, so
+closing the terminal does not stop them), waits until the master answers, and records their
+pids, create times and address in a state file under ``~/.harness/clusters/`` (or
+``$HARNESS_STATE_DIR``). ``stop`` asks the master to stop its cluster, then waits for exactly
+those recorded processes (and kills them, after checking their create time, if they linger);
+other clusters on the host are never touched.
+
+Errors are :class:`harness.errors.HarnessError` (the core CLI prints one paragraph and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+DEFAULT_PORT = 7450
+STATUS_TIMEOUT_S = 3.0
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+__all__ = ["main", "request_status", "state_dir"]
+
+
+# ------------------------------------------------------------------------------------------
+# argument parsing
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="harness cluster",
+        description="Start, join, inspect or stop a ZeroMQ cluster: a master that places "
+        "actors on workers. Clients connect with harness.connect('tcp://HOST:PORT').",
+    )
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+
+    keys = sub.add_parser(
+        "keys",
+        help="create a CURVE key directory (needed to listen on anything but loopback)",
+        description="Create a CURVE key directory: the cluster's server key pair, a client key "
+        "pair and DIR/authorized/ (the public keys allowed in). Copy DIR to every host of the "
+        "cluster and pass --keys DIR to start, join and harness.connect(..., keys=DIR).",
+    )
+    keys.add_argument("dir", metavar="DIR", help="directory to create")
+
+    start = sub.add_parser(
+        "start",
+        help="start a master and a local worker in the background",
+        description="Start a cluster master and one local worker with --cpus CPUs. By default "
+        "they run in the background and this command returns once the master answers; "
+        "'harness cluster stop' ends them.",
+    )
+    start.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; any other needs --keys)",
+    )
+    start.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default: {DEFAULT_PORT}; 0: any free port)",
+    )
+    start.add_argument(
+        "--cpus",
+        type=float,
+        default=float(os.cpu_count() or 1),
+        help="CPUs of the local worker (default: all; 0: no local worker)",
+    )
+    start.add_argument("--gpus", default="", help="GPU indices of the local worker, e.g. 0,1")
+    start.add_argument(
+        "--monitor-port",
+        type=int,
+        default=None,
+        help="serve the web monitor on this port (0: any free port)",
+    )
+    start.add_argument(
+        "--monitor-host",
+        default="127.0.0.1",
+        help="address of the web monitor (default: 127.0.0.1)",
+    )
+    start.add_argument("--keys", default=None, help="CURVE key directory (harness cluster keys)")
+    start.add_argument(
+        "--foreground",
+        action="store_true",
+        help="run the master in this process until stopped (Ctrl-C)",
+    )
+    start.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=1.0,
+        help="heartbeat period; peers silent for 3 periods are dead (default: 1)",
+    )
+
+    join = sub.add_parser(
+        "join",
+        help="run a worker on this host for a cluster's master",
+        description="Run a worker for the master at ADDRESS in the foreground, offering --cpus "
+        "CPUs. Its actors listen on --host, which clients must be able to reach.",
+    )
+    from harness_zmq.worker import add_worker_arguments
+
+    add_worker_arguments(join)
+
+    status = sub.add_parser(
+        "status",
+        help="show a cluster's workers, jobs and clients",
+        description="Ask a master for its status. ADDRESS defaults to the one cluster started "
+        "on this host.",
+    )
+    status.add_argument("address", nargs="?", metavar="ADDRESS", help="tcp://HOST:PORT")
+    status.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    status.add_argument("--keys", default=None, help="the cluster's CURVE key directory")
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=STATUS_TIMEOUT_S,
+        help=f"seconds to wait for the answer (default: {STATUS_TIMEOUT_S:g})",
+    )
+
+    stop = sub.add_parser(
+        "stop",
+        help="stop a cluster (its master, workers and actors)",
+        description="Stop the cluster at ADDRESS (default: the one started on this host): the "
+        "master tells its workers to end their actors and exit. The processes 'start' recorded "
+        "are waited for and, if they linger, killed; other clusters are left alone.",
+    )
+    stop.add_argument("address", nargs="?", metavar="ADDRESS", help="tcp://HOST:PORT")
+    stop.add_argument("--keys", default=None, help="the cluster's CURVE key directory")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """``harness cluster ARGV``; returns the exit code (errors raise HarnessError)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    command = {
+        "keys": cmd_keys,
+        "start": cmd_start,
+        "join": cmd_join,
+        "status": cmd_status,
+        "stop": cmd_stop,
+    }[args.cmd]
+    return command(args)
+
+
+# ------------------------------------------------------------------------------------------
+# state files
+
+
+def state_dir() -> Path:
+    """Where ``start`` records its clusters: ``$HARNESS_STATE_DIR`` or ``~/.harness/clusters``."""
+    env = os.environ.get("HARNESS_STATE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".harness" / "clusters"
+
+
+def _state_file(address: str) -> Path:
+    name = re.sub(r"[^A-Za-z0-9.]+", "_", address.removeprefix("tcp://")).strip("_")
+    return state_dir() / f"{name}.json"
+
+
+def _read_states() -> list[dict[str, Any]]:
+    states = []
+    d = state_dir()
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(state, dict) and isinstance(state.get("address"), str):
+            state["_path"] = str(path)
+            states.append(state)
+    return states
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    """The recorded process still runs (same pid and create time, not a zombie)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(int(record["pid"]))
+        if abs(proc.create_time() - float(record["create_time"])) > 0.01:
+            return False  # the pid was reused by another process
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def _record(pid: int, role: str) -> dict[str, Any]:
+    import psutil
+
+    return {"role": role, "pid": pid, "create_time": psutil.Process(pid).create_time()}
+
+
+def _resolve(address: str | None) -> tuple[str, dict[str, Any] | None]:
+    """The address to talk to and its state record (None for a cluster started elsewhere)."""
+    states = _read_states()
+    if address is not None:
+        _check_address(address)
+        for state in states:
+            if state["address"] == address:
+                return address, state
+        return address, None
+    live = []
+    for state in states:
+        if any(_alive(p) for p in state.get("processes", [])):
+            live.append(state)
+        else:  # a cluster that ended without 'stop' (a reboot, kill -9): forget it
+            with contextlib.suppress(OSError):
+                Path(state["_path"]).unlink()
+    if len(live) == 1:
+        return live[0]["address"], live[0]
+    if not live:
+        raise HarnessError(
+            f"no running cluster is recorded in {state_dir()}: pass its ADDRESS "
+            f"(tcp://HOST:PORT) or start one with 'harness cluster start'."
+        )
+    names = ", ".join(s["address"] for s in live)
+    raise HarnessError(f"several clusters run on this host ({names}): pass one as ADDRESS.")
+
+
+def _check_address(address: str) -> tuple[str, int]:
+    from harness_zmq.security import host_of
+
+    host = host_of(address).strip("[]")
+    port_text = address.rpartition(":")[2]
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise HarnessError(f"address {address!r} has no valid port: use tcp://HOST:PORT")
+    return host, int(port_text)
+
+
+def _keys_for(args_keys: str | None, state: dict[str, Any] | None) -> Any:
+    from harness_zmq.security import load_keys
+
+    directory = args_keys or (state or {}).get("keys")
+    return load_keys(directory) if directory else None
+
+
+# ------------------------------------------------------------------------------------------
+# talking to a master
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Fail fast (a clear error) when nothing accepts TCP connections at ``address``."""
+    host, port = _check_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except ConnectionRefusedError:
+        raise HarnessError(
+            f"nothing is listening at {address} (connection refused). Is the cluster running? "
+            f"Start one with 'harness cluster start', or check the address."
+        ) from None
+    except TimeoutError:
+        raise HarnessError(
+            f"no answer from {address} within {timeout:g} s (the host is down or a firewall "
+            f"drops the connection). Check the address."
+        ) from None
+    except OSError as exc:
+        raise HarnessError(f"cannot reach {address}: {exc.strerror or exc}.") from None
+
+
+def request_status(address: str, keys: Any = None, timeout: float = STATUS_TIMEOUT_S) -> Any:
+    """Ask the master at ``address`` for its status dict (msgpack, never pickle).
+
+    Raises HarnessError within about ``timeout`` seconds when nothing (or no master)
+    answers, and when the master refuses (another protocol version)."""
+    import zmq
+
+    from harness_zmq import wire
+    from harness_zmq.security import Guard
+    from harness_zmq.wire import Kind, MalformedFrame
+
+    _probe(address, min(timeout, 2.0))
+    context: zmq.Context[Any] = zmq.Context()
+    guard = Guard(context, keys)
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    try:
+        guard.client(sock)
+        sock.connect(address)
+        sock.send_multipart(wire.pack(Kind.STATUS, {"id": 1}))
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not sock.poll(int(left * 1000) + 1):
+                break
+            frames = sock.recv_multipart()
+            try:
+                msg = wire.unpack(frames)
+            except MalformedFrame:
+                continue
+            if msg.header["v"] != wire.PROTOCOL or msg.kind is Kind.REFUSED:
+                reason = msg.header.get("reason")
+                if not isinstance(reason, str):
+                    reason = (
+                        f"the master speaks protocol {msg.header['v']}, this harness speaks "
+                        f"protocol {wire.PROTOCOL}"
+                    )
+                raise HarnessError(f"the master at {address} refused the request: {reason}")
+            if msg.kind is Kind.STATUS_REPLY:
+                try:
+                    return wire.load_data(msg.payload)
+                except MalformedFrame as exc:
+                    raise HarnessError(
+                        f"the master at {address} sent a bad status: {exc}"
+                    ) from None
+        hint = (
+            " Are --keys the cluster's keys?"
+            if keys is not None
+            else " If the cluster was started with --keys, pass --keys DIR."
+        )
+        raise HarnessError(
+            f"no harness cluster master answered at {address} within {timeout:g} s: something "
+            f"accepts connections there, but it is not a master that lets this client in.{hint}"
+        )
+    finally:
+        sock.close()
+        guard.close()
+        context.term()
+
+
+def _send_stop(address: str, keys: Any) -> None:
+    import zmq
+
+    from harness_zmq import wire
+    from harness_zmq.security import Guard
+    from harness_zmq.wire import Kind
+
+    context: zmq.Context[Any] = zmq.Context()
+    guard = Guard(context, keys)
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 2000  # the message must leave before the socket closes
+    try:
+        guard.client(sock)
+        sock.connect(address)
+        sock.send_multipart(wire.pack(Kind.STOP))
+    finally:
+        sock.close()
+        guard.close()
+        context.term()
+
+
+# ------------------------------------------------------------------------------------------
+# commands
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from harness_zmq.security import generate_keys
+
+    d = generate_keys(args.dir)
+    print(f"CURVE keys written to {d}")
+    print(
+        f"copy {d} to every host of the cluster and pass --keys {d} to 'harness cluster "
+        f"start/join' and keys='{d}' to harness.connect()"
+    )
+    return 0
+
+
+def _check_bind(host: str, port: int, what: str, flag: str) -> None:
+    """A clear error now rather than from a background process: is the port free?"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == 98:  # EADDRINUSE
+                raise HarnessError(
+                    f"cannot start {what} on {host}:{port}: the port is already in use "
+                    f"(another cluster? see 'harness cluster status'). Pick another with {flag}."
+                ) from None
+            raise HarnessError(f"cannot start {what} on {host}:{port}: {exc.strerror}.") from None
+
+
+def _check_start(args: argparse.Namespace) -> Any:
+    from harness_zmq.security import is_loopback
+
+    if args.keys is None and not is_loopback(args.host):
+        raise HarnessError(
+            f"refusing to listen on {args.host!r} without CURVE keys: any host could connect "
+            f"and run code. Create keys with 'harness cluster keys DIR', copy DIR to every "
+            f"host and pass --keys DIR; or listen on 127.0.0.1 (the default)."
+        )
+    if args.cpus < 0:
+        raise HarnessError(f"--cpus must be >= 0, got {args.cpus:g}")
+    if args.heartbeat_s <= 0:
+        raise HarnessError(f"--heartbeat-s must be positive, got {args.heartbeat_s:g}")
+    keys = _keys_for(args.keys, None)
+    if args.port != 0:
+        _check_bind(args.host, args.port, "a cluster master", "--port")
+    if args.monitor_port:
+        _check_bind(args.monitor_host, args.monitor_port, "the monitor", "--monitor-port")
+    return keys
+
+
+def _worker_host(host: str) -> str:
+    if host in ("0.0.0.0", "*", "::", "[::]"):
+        return socket.gethostbyname(socket.gethostname())
+    return host
+
+
+def _master_argv(args: argparse.Namespace) -> list[str]:
+    argv = ["--host", args.host, "--port", str(args.port), "--heartbeat-s", str(args.heartbeat_s)]
+    if args.keys:
+        argv += ["--keys", str(Path(args.keys).expanduser().resolve())]
+    if args.monitor_port is not None:
+        argv += ["--monitor-port", str(args.monitor_port), "--monitor-host", args.monitor_host]
+    return argv
+
+
+def _worker_argv(args: argparse.Namespace, address: str) -> list[str]:
+    argv = [address, "--cpus", f"{args.cpus:g}", "--host", _worker_host(args.host)]
+    if args.gpus:
+        argv += ["--gpus", args.gpus]
+    if args.keys:
+        argv += ["--keys", str(Path(args.keys).expanduser().resolve())]
+    return argv
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in text if line.startswith("harness: error:")]
+    if errors:
+        return errors[-1].removeprefix("harness: error:").strip()
+    return "\n".join(text[-lines:])
+
+
+def _spawn(module: str, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def _kill_proc(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    keys = _check_start(args)
+    if args.foreground:
+        return _start_foreground(args, keys)
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    master_log = d / f"master-{stamp}.log"
+    master = _spawn("harness_zmq.master", _master_argv(args), master_log)
+    started: list[subprocess.Popen[bytes]] = [master]
+    try:
+        address, monitor = _await_master(master, master_log, keys)
+        worker = None
+        worker_log = d / f"worker-{stamp}.log"
+        if args.cpus > 0:
+            worker = _spawn("harness_zmq.worker", _worker_argv(args, address), worker_log)
+            started.append(worker)
+            _await_worker(address, keys, worker, worker_log)
+        state = {
+            "address": address,
+            "monitor": monitor,
+            "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
+            "started": time.time(),
+            "processes": [_record(master.pid, "master")]
+            + ([_record(worker.pid, "worker")] if worker is not None else []),
+            "logs": [str(master_log)] + ([str(worker_log)] if worker is not None else []),
+        }
+        path = _state_file(address)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)
+    except BaseException:
+        for proc in started:
+            _kill_proc(proc)
+        raise
+    print(f"cluster started at {address}")
+    if monitor:
+        print(f"monitor at {monitor}")
+    print(f"connect with harness.connect({address!r}); stop with 'harness cluster stop {address}'")
+    return 0
+
+
+def _await_master(
+    master: subprocess.Popen[bytes], log_path: Path, keys: Any
+) -> tuple[str, str | None]:
+    """Wait until the master process prints its address and answers a status request."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    address = monitor = None
+    while time.monotonic() < deadline:
+        if master.poll() is not None:
+            raise HarnessError(
+                f"the cluster master did not start: {_tail(log_path)} (log: {log_path})"
+            )
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        found = re.search(r"harness cluster master at (\S+)", text)
+        if found:
+            address = found.group(1)
+            url = re.search(r"monitor at (\S+)", text)
+            monitor = url.group(1) if url else None
+            try:
+                request_status(address, keys, timeout=1.0)
+                return address, monitor
+            except HarnessError:
+                pass
+        time.sleep(0.05)
+    raise HarnessError(
+        f"the cluster master did not answer within {START_TIMEOUT_S:g} s (log: {log_path})"
+    )
+
+
+def _await_worker(address: str, keys: Any, worker: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise HarnessError(
+                f"the local worker did not start: {_tail(log_path)} (log: {log_path})"
+            )
+        status = request_status(address, keys, timeout=1.0)
+        if any(w.get("pid") == worker.pid and w.get("alive") for w in status["workers"]):
+            return
+        time.sleep(0.05)
+    raise HarnessError(
+        f"the local worker did not register within {START_TIMEOUT_S:g} s (log: {log_path})"
+    )
+
+
+def _start_foreground(args: argparse.Namespace, keys: Any) -> int:
+    import logging
+    import threading
+
+    from harness_zmq.master import Master
+
+    logging.getLogger("harness_zmq").setLevel(logging.INFO)
+    master = Master(
+        args.host,
+        args.port,
+        keys=keys,
+        heartbeat_s=args.heartbeat_s,
+        monitor_port=args.monitor_port,
+        monitor_host=args.monitor_host,
+    )
+    worker = None
+    path = _state_file(master.address)
+    try:
+        if args.cpus > 0:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "harness_zmq.worker", *_worker_argv(args, master.address)],
+                stdin=subprocess.DEVNULL,
+            )
+        state_dir().mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(
+                {
+                    "address": master.address,
+                    "monitor": master.monitor_url,
+                    "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
+                    "started": time.time(),
+                    "processes": [_record(os.getpid(), "master")]
+                    + ([_record(worker.pid, "worker")] if worker is not None else []),
+                    "logs": [],
+                },
+                indent=2,
+            )
+        )
+        print(f"cluster master at {master.address} (Ctrl-C stops it)", flush=True)
+        if master.monitor_url:
+            print(f"monitor at {master.monitor_url}", flush=True)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda signum, frame: master.request_stop())
+        master.run()  # returns after a stop request, SIGTERM or Ctrl-C
+    finally:
+        master.close()
+        if worker is not None:
+            try:
+                worker.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _kill_proc(worker)
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return 0
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    import logging
+
+    from harness_zmq.worker import serve
+
+    logging.getLogger("harness_zmq").setLevel(logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return serve(args)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    address, state = _resolve(args.address)
+    status = request_status(address, _keys_for(args.keys, state), timeout=args.timeout)
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    print(format_status(status, monitor=(state or {}).get("monitor")))
+    return 0
+
+
+def format_status(status: dict[str, Any], monitor: str | None = None) -> str:
+    """The status dict as the text table 'harness cluster status' prints."""
+    m = status["master"]
+    workers = status.get("workers", [])
+    alive = [w for w in workers if w.get("alive")]
+    used = sum(w.get("cpus_used", 0) for w in alive)
+    total = sum(w.get("cpus", 0) for w in alive)
+    jobs = status.get("jobs", [])
+    lines = [
+        f"cluster {m['address']}  harness {m['version']} (protocol {m['protocol']})  "
+        f"curve {'on' if m.get('curve') else 'off'}  up {_duration(m.get('uptime_s', 0))}",
+    ]
+    if monitor:
+        lines.append(f"monitor {monitor}")
+    lines.append(
+        f"workers {len(alive)}/{len(workers)} alive   CPUs used {used:g}/{total:g}   "
+        f"jobs {len(jobs)}   clients {len(status.get('clients', []))}   "
+        f"pending {status.get('queues', {}).get('pending_spawns', 0)}   "
+        f"malformed {m.get('malformed', 0)}   refused {m.get('refused', 0)}"
+    )
+    rows = [
+        ["WORKER", "HOST", "PID", "STATE", "CPUS", "GPUS", "ACTORS", "CPU%", "MEM MB", "HEARTBEAT"]
+    ]
+    for w in workers:
+        rows.append(
+            [
+                str(w["id"]),
+                str(w["host"]),
+                str(w["pid"]),
+                "alive" if w.get("alive") else "DEAD",
+                f"{w.get('cpus_used', 0):g}/{w.get('cpus', 0):g}",
+                str(w.get("gpus", 0)),
+                str(w.get("actors", 0)),
+                f"{w.get('cpu_percent', 0):.0f}",
+                f"{w.get('memory_mb', 0):.0f}",
+                f"{w.get('last_heartbeat_s', 0):.1f}s ago",
+            ]
+        )
+    lines += ["", *_table(rows)] if workers else ["", "no workers"]
+    clients = status.get("clients", [])
+    if clients:
+        rows = [["CLIENT", "HOST", "PID", "ACTORS", "CONNECTED", "STEPS/S"]]
+        for c in clients:
+            rows.append(
+                [
+                    str(c["id"]),
+                    str(c["host"]),
+                    str(c["pid"]),
+                    str(c.get("actors", 0)),
+                    _duration(c.get("connected_s", 0)),
+                    f"{c.get('metrics', {}).get('steps_per_s', 0):.1f}",
+                ]
+            )
+        lines += ["", *_table(rows)]
+    if jobs:
+        rows = [["ACTOR", "CLIENT", "WORKER", "PID", "CPUS", "STATE"]]
+        for j in jobs[:50]:
+            rows.append(
+                [
+                    str(j["actor_id"]),
+                    str(j["client_id"]),
+                    str(j["worker_id"]),
+                    str(j["pid"]),
+                    f"{j.get('cpus', 0):g}",
+                    str(j["state"]),
+                ]
+            )
+        lines += ["", *_table(rows)]
+        if len(jobs) > 50:
+            lines.append(f"... and {len(jobs) - 50} more jobs (--json shows all)")
+    return "\n".join(lines)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.0f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s // 60 % 60:02d}m"
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    address, state = _resolve(args.address)
+    keys = _keys_for(args.keys, state)
+    try:
+        request_status(address, keys)
+        answered = True
+    except HarnessError as exc:
+        if state is None:
+            raise
+        answered = False
+        print(f"harness: warning: {exc}", file=sys.stderr)
+    if answered:
+        _send_stop(address, keys)
+    if state is None:  # started elsewhere: wait until the master stops answering
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                request_status(address, keys, timeout=0.5)
+            except HarnessError:
+                print(f"cluster at {address} stopped")
+                return 0
+            time.sleep(0.1)
+        raise HarnessError(
+            f"the master at {address} is still answering {STOP_TIMEOUT_S:g} s "
+            f"after the stop request."
+        )
+    killed = _end_processes(state.get("processes", []), graceful=answered)
+    with contextlib.suppress(OSError):
+        Path(state["_path"]).unlink()
+    note = f" (killed lingering pids {', '.join(map(str, killed))})" if killed else ""
+    print(f"cluster at {address} stopped{note}")
+    return 0
+
+
+def _end_processes(records: list[dict[str, Any]], *, graceful: bool) -> list[int]:
+    """Wait for the recorded processes to exit; SIGKILL those that linger, but only after
+    checking that the pid still belongs to the recorded process (its create time)."""
+    deadline = time.monotonic() + (STOP_TIMEOUT_S if graceful else 0.0)
+    pending = [r for r in records if _alive(r)]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pending = [r for r in pending if _alive(r)]
+    killed = []
+    for record in pending:
+        if _alive(record):  # checks pid + create time right before the signal
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(record["pid"]), signal.SIGKILL)
+                killed.append(int(record["pid"]))
+    return killed
