@@ -25,6 +25,7 @@ case "$job" in
     exec .venv/bin/harness run competitions/cartpole "$@"
     ;;
   test)
+    bash tools/install_chromium.sh  # the web monitor's browser test (Debian package; no-op if present)
     .venv/bin/ruff format --check .
     .venv/bin/ruff check .
     .venv/bin/mypy

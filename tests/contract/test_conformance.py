@@ -286,6 +286,8 @@ def test_check_algorithm_refuses_an_unsupported_action_space(torch_backend: Any)
 
 
 class Connection:
+    """A connection that is not a harness.remote.Client (no create_actor)."""
+
     def __init__(self) -> None:
         self.closed = False
 
@@ -293,21 +295,10 @@ class Connection:
         self.closed = True
 
 
-def test_check_transport_accepts_the_minimal_contract() -> None:
-    opened: list[Connection] = []
-
-    def connect(address: Any, **options: Any) -> Connection:
-        opened.append(Connection())
-        return opened[-1]
-
-    check_transport(TransportSpec("loopback", connect), "127.0.0.1:0", timeout=1.0)
-    assert len(opened) == 1 and opened[0].closed
-
-
 @pytest.mark.parametrize(
     ("connect", "message"),
     [
-        (lambda address: object(), "without close"),
+        (lambda address: Connection(), "without create_actor"),
         (lambda: Connection(), "does not accept"),
         ("not callable", "not callable"),
     ],
@@ -315,6 +306,12 @@ def test_check_transport_accepts_the_minimal_contract() -> None:
 def test_check_transport_fails_on_broken_transport(connect: Any, message: str) -> None:
     with pytest.raises(AssertionError, match=message):
         check_transport(TransportSpec("broken", connect))
+
+
+@pytest.mark.distributed
+def test_zmq_transport_passes_check_transport() -> None:
+    """The real thing: an embedded ZeroMQ farm with real actor processes."""
+    check_transport(first_party()[1].transports.get("zmq"))
 
 
 # ------------------------------------------------------------------------------------------
