@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import io
 import pickle
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,20 @@ def pack_data(kind: Kind, header: dict[str, Any] | None, data: Any) -> list[Any]
     return [msgpack.packb(head), msgpack.packb(data)]
 
 
+def header(frame: Any) -> dict[str, Any]:
+    """Decode frame 0 alone: a msgpack map with an int "v" and a str "k" (hot paths use this
+    instead of :func:`unpack`). Raises MalformedFrame otherwise."""
+    try:
+        head = msgpack.unpackb(_bytes(frame))
+    except Exception as exc:  # msgpack raises several types on garbage
+        raise MalformedFrame(f"header is not msgpack ({type(exc).__name__})") from None
+    if type(head) is not dict:
+        raise MalformedFrame(f"header is a {type(head).__name__}, not a map")
+    if type(head.get("v")) is not int or not isinstance(head.get("k"), str):
+        raise MalformedFrame("header lacks an int 'v' or a str 'k'")
+    return head
+
+
 def unpack(frames: Sequence[Any]) -> Message:
     """Decode the header of a received message (no payload is unpickled here).
 
@@ -114,16 +129,9 @@ def unpack(frames: Sequence[Any]) -> Message:
     A different "v" is not an error here: callers compare it with PROTOCOL and refuse."""
     if not frames:
         raise MalformedFrame("empty message")
-    try:
-        head = msgpack.unpackb(_bytes(frames[0]))
-    except Exception as exc:  # msgpack raises several types on garbage
-        raise MalformedFrame(f"header is not msgpack ({type(exc).__name__})") from None
-    if not isinstance(head, dict):
-        raise MalformedFrame(f"header is a {type(head).__name__}, not a map")
-    version, kind = head.get("v"), head.get("k")
-    if not isinstance(version, int) or not isinstance(kind, str):
-        raise MalformedFrame("header lacks an int 'v' or a str 'k'")
-    if version == PROTOCOL:
+    head = header(frames[0])
+    kind = head["k"]
+    if head["v"] == PROTOCOL:
         known = _KINDS.get(kind)
         if known is None:
             raise MalformedFrame(f"unknown message kind {kind[:40]!r}")
@@ -142,22 +150,113 @@ def load_data(payload: Sequence[Any]) -> Any:
         raise MalformedFrame(f"payload is not msgpack ({type(exc).__name__})") from None
 
 
-def dumps(obj: Any) -> list[Any]:
-    """Pickle ``obj`` with protocol 5; large contiguous buffers (numpy arrays) become extra
-    frames instead of being copied into the stream. Classes and functions defined in
-    ``__main__`` or registered with ``cloudpickle.register_pickle_by_value`` travel by value."""
+class _Pickling(threading.local):
+    """A cloudpickle pickler per thread, reused: building one costs more than pickling a
+    small call."""
+
+    def __init__(self) -> None:
+        self.stream = io.BytesIO()
+        self.buffers: list[Any] = []
+        self.busy = False
+        self.pickler = self.make()
+
+    def make(self) -> Any:
+        def keep(buf: pickle.PickleBuffer) -> bool:
+            raw = buf.raw()
+            if raw.nbytes < OOB_MIN_BYTES:
+                return True  # in-band
+            self.buffers.append(raw)
+            return False
+
+        return cloudpickle.CloudPickler(self.stream, protocol=5, buffer_callback=keep)
+
+
+_pickling = _Pickling()
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_dump = pickle.Pickler.dump
+_ndarray: Any
+try:
+    from numpy import ndarray as _ndarray
+except ImportError:  # pragma: no cover - numpy is a dependency of harness
+    _ndarray = None
+
+
+def plain(obj: Any) -> bool:
+    """Whether the C pickler pickles ``obj`` exactly as cloudpickle would: builtin scalars,
+    str, bytes and numpy arrays of a non-object dtype (the fast path of :func:`dumps`)."""
+    kind = type(obj)
+    return kind in _PLAIN or (kind is _ndarray and not obj.dtype.hasobject)
+
+
+def dumps_plain(obj: Any) -> list[Any]:
+    """:func:`dumps` with the C pickler, for values made of :func:`plain` parts only."""
     buffers: list[Any] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
         if raw.nbytes < OOB_MIN_BYTES:
-            return True  # in-band
+            return True
         buffers.append(raw)
         return False
 
-    stream = io.BytesIO()
-    cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=keep).dump(obj)
-    return [stream.getbuffer(), *buffers]
+    data = pickle.dumps(obj, 5, buffer_callback=keep)
+    return [data, *buffers] if buffers else [data]
+
+
+# streams up to this size are copied out and the stream reused; bigger ones are handed out
+# as they are (no copy) and the thread gets a fresh stream
+_REUSE_STREAM_BYTES = 1 << 16
+
+
+def dumps(obj: Any) -> list[Any]:
+    """Pickle ``obj`` with protocol 5; large contiguous buffers (numpy arrays) become extra
+    frames instead of being copied into the stream. Classes and functions defined in
+    ``__main__`` or registered with ``cloudpickle.register_pickle_by_value`` travel by value."""
+    if plain(obj):  # nothing cloudpickle would pickle differently
+        return dumps_plain(obj)
+    state = _pickling
+    if state.busy:  # re-entered from a __reduce__: use a pickler of its own
+        buffers: list[Any] = []
+
+        def keep(buf: pickle.PickleBuffer) -> bool:
+            raw = buf.raw()
+            if raw.nbytes < OOB_MIN_BYTES:
+                return True
+            buffers.append(raw)
+            return False
+
+        stream = io.BytesIO()
+        cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=keep).dump(obj)
+        return [stream.getbuffer(), *buffers]
+    state.busy = True
+    state.buffers = []
+    stream = state.stream
+    pickler = state.pickler
+    try:
+        _dump(pickler, obj)  # the C method: skips cloudpickle's Python wrapper
+    except RecursionError as exc:
+        state.stream = io.BytesIO()
+        state.pickler = state.make()
+        raise pickle.PicklingError(f"could not pickle the object: {exc}") from exc
+    except BaseException:
+        state.stream = io.BytesIO()  # the stream holds a partial pickle: start afresh
+        state.pickler = state.make()
+        raise
+    finally:
+        state.busy = False
+        pickler.clear_memo()
+        if pickler.globals_ref:
+            pickler.globals_ref = {}
+    buffers = state.buffers
+    if stream.tell() <= _REUSE_STREAM_BYTES:
+        data: Any = stream.getvalue()
+        stream.seek(0)
+        stream.truncate()
+    else:
+        data = stream.getbuffer()
+        state.stream = io.BytesIO()
+        state.pickler = state.make()
+    return [data, *buffers] if buffers else [data]
 
 
 def loads(payload: Sequence[Any]) -> Any:
@@ -167,6 +266,8 @@ def loads(payload: Sequence[Any]) -> Any:
     if not payload:
         raise MalformedFrame("message has no payload")
     try:
+        if len(payload) == 1:
+            return pickle.loads(_bytes(payload[0]))
         return pickle.loads(_bytes(payload[0]), buffers=[_buffer(f) for f in payload[1:]])
     except MalformedFrame:
         raise
@@ -181,7 +282,8 @@ def _bytes(frame: Any) -> Any:
 
 
 def _buffer(frame: Any) -> Any:
-    # numpy arrays rebuilt from out-of-band buffers must be writable like the originals:
-    # a zmq.Frame's buffer is read-only, so those are copied once into a bytearray
+    # numpy arrays rebuilt from out-of-band buffers must be writable like the originals: a
+    # received zmq.Frame's buffer is writable (pyzmq >= 23) and used as it is (no copy); a
+    # read-only one is copied once into a bytearray
     view = memoryview(_bytes(frame))
     return view if not view.readonly else bytearray(view)
