@@ -817,8 +817,9 @@ def _samples(agent: Any, obs: np.ndarray, draws: int = 8) -> np.ndarray:
 
 def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: str) -> None:
     """Feed synthetic transitions, calling learn() every rollout, for up to ``steps`` env
-    steps; the weights must change. Stops one rollout after the first change (that learn()
-    call, on an already-updated policy, is checked too) to keep the check fast."""
+    steps; the weights must change (unless the policy has none). Stops one rollout after the
+    first change (that learn() call, on an already-updated policy, is checked too) to keep the
+    check fast."""
     n = info.num_envs
     before = _snapshot(agent.weights())
     changed_at: int | None = None
@@ -838,6 +839,8 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
                 return
             if not _same(before, agent.weights()):
                 changed_at = t
+    if not before:  # a policy without parameters (e.g. random) has nothing to update
+        return
     _check(
         changed_at is not None,
         who,

@@ -2,7 +2,7 @@
 
 N actors (default 256) each step one ``harness/Delay-v0`` env whose step sleeps 20 ms, so the
 ideal is N x 50 steps/s (12,800 for 256) and sleeping actors fit on two cores. The learner runs
-DQN through the real runner (``harness.runtime.train`` with ``run.actors = N`` on an embedded
+the real runner (``harness.runtime.train`` with ``run.actors = N`` on an embedded
 ZeroMQ farm): actors sample actions with their copy of the policy, stream rollouts, receive
 weights after every update. Measured after the farm is up (actor start-up is reported apart):
 
@@ -91,6 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=float, default=5.0, help="seconds after the farm is up")
     p.add_argument("--rollout", type=int, default=16, help="vector steps per actor rollout")
     p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
+    p.add_argument(
+        "--algo",
+        choices=["random", "dqn"],
+        default="random",
+        help="actor policy: random (what the farm itself costs) or dqn (a real agent: "
+        "numpy Q-network on the actors, replay and updates on the learner)",
+    )
     p.add_argument("--json", help="also write the result here")
     args = p.parse_args(argv)
 
@@ -118,14 +125,20 @@ def main(argv: list[str] | None = None) -> None:
         "progress=false",
         f"out='{out}'",
         f"max_policy_lag={args.lag}",
-        f"algo.train_freq={args.rollout * n}",
-        "algo.gradient_steps=1",
-        "algo.learning_starts=1000",
-        "algo.buffer_size=200_000",
     ]
-    dqn = ROOT / "competitions" / "cartpole" / "dqn.toml"
+    files = []
+    if args.algo == "dqn":
+        files.append(ROOT / "competitions" / "cartpole" / "dqn.toml")
+        overrides += [
+            f"algo.train_freq={args.rollout * n}",
+            "algo.gradient_steps=1",
+            "algo.learning_starts=1000",
+            "algo.buffer_size=200_000",
+        ]
+    else:
+        overrides += ["algo='random'", f"algo.rollout_len={args.rollout}"]
     config = resolve(
-        layer(find_pack_file(ROOT / "competitions" / "cartpole"), [dqn], overrides), registry
+        layer(find_pack_file(ROOT / "competitions" / "cartpole"), files, overrides), registry
     )
     load0 = os.getloadavg()
     t = time.monotonic()
@@ -137,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     ideal = n * 1000.0 / args.step_ms
     mem_end = probe.mem_end or (0.0, 0.0)
     result = {
+        "algo": args.algo,
         "actors": n,
         "step_ms": args.step_ms,
         "rollout": args.rollout,
@@ -160,12 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: python tools/bench_farm.py {' '.join(argv or sys.argv[1:])}".rstrip())
     print()
     print(
-        "| actors | env step | ideal steps/s | delivered steps/s | of ideal | farm start-up s "
-        "| learner RSS MiB (start -> end) | actors PSS MiB (start -> end) |"
+        "| policy | actors | env step | ideal steps/s | delivered steps/s | of ideal "
+        "| farm start-up s | learner RSS MiB (start -> end) | actors PSS MiB (start -> end) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(
-        f"| {n} | {args.step_ms:g} ms | {ideal:,.0f} | {sps:,.0f} | {sps / ideal:.1%} | "
+        f"| {args.algo} | {n} | {args.step_ms:g} ms | {ideal:,.0f} | {sps:,.0f} | "
+        f"{sps / ideal:.1%} | "
         f"{result['farm_startup_s']} | {probe.mem_start[0]:.0f} -> {mem_end[0]:.0f} | "
         f"{probe.mem_start[1]:.0f} -> {mem_end[1]:.0f} |"
     )

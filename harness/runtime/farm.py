@@ -94,6 +94,25 @@ class RolloutActor:
         self.envs.close()
 
 
+def _preload_modules(run: Run) -> list[str]:
+    """Modules an embedded farm's actors should share with their fork server instead of each
+    importing them (the plugins the actor uses and, for the torch backend, torch: ~150 MB per
+    actor otherwise)."""
+    cfg, registry = run.config.run, run.registry
+    modules = ["harness.runtime.farm", "harness.runtime.run", "harness.plugins"]
+    for obj in (
+        registry.algorithms.get(cfg.algo).make_agent,
+        registry.env_for(cfg.env).make_env,
+        registry.backends.get(cfg.backend).load,
+    ):
+        modules.append(obj.__module__)
+    if cfg.backend == "torch":
+        modules.append("torch")
+    if registry.env_for(cfg.env).name == "gymnasium":
+        modules.append("gymnasium")
+    return modules
+
+
 @dataclass
 class _Slot:
     """One actor position: its proxy, its seed and the rollouts requested from it."""
@@ -119,6 +138,8 @@ class FarmCollector:
         options: dict[str, Any] = {}
         if cfg.cluster_keys:
             options["keys"] = cfg.cluster_keys
+        if not cfg.cluster:
+            options["preload"] = _preload_modules(run)
         spec = run.registry.transports.get(cfg.transport)
         self.client: Client = spec.connect(cfg.cluster or None, **options)
         self.actor_cls = RemoteClass(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness import hookimpl
 from harness.registry import AlgorithmSpec
-from harness_algos import dqn, ppo
+from harness_algos import dqn, ppo, random_policy
 
 
 @hookimpl
@@ -24,5 +24,12 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=ppo.PPOConfig,
             action_spaces=("discrete", "box"),
             description="PPO (clipped objective, GAE, vectorized envs)",
+        ),
+        AlgorithmSpec(
+            "random",
+            make_agent=random_policy.make_agent,
+            config_cls=random_policy.RandomConfig,
+            action_spaces=("discrete", "box"),
+            description="uniformly random actions, no learning (floor and overhead baseline)",
         ),
     ]

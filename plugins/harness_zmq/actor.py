@@ -61,7 +61,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +317,9 @@ class ActorProcess:
 class ActorLauncher:
     """Starts actor processes on ``host`` (forks of one zygote process per launcher)."""
 
-    def __init__(self, host: str = "127.0.0.1", keys: Keys | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", keys: Keys | None = None, preload: Sequence[str] = ()
+    ) -> None:
         if keys is None and not is_loopback(host):
             raise InsecureBind(
                 f"refusing to start actors listening on {host!r} without CURVE keys: any host "
@@ -326,6 +328,10 @@ class ActorLauncher:
             )
         self.host = host
         self.keys = keys
+        # modules the zygote imports before forking, beyond PRELOAD: every actor then shares
+        # them (torch is ~150 MB per process otherwise); HARNESS_ACTOR_PRELOAD adds more
+        extra = [m for m in os.environ.get("HARNESS_ACTOR_PRELOAD", "").split(",") if m]
+        self.preload = tuple(dict.fromkeys([*preload, *extra]))
         self._lock = threading.RLock()  # start/close and the zygote socket
         self._zygote: subprocess.Popen[bytes] | None = None
         self._ctrl: socket.socket | None = None
@@ -444,6 +450,7 @@ class ActorLauncher:
         for name in THREAD_VARIABLES:
             env[name] = "1"  # no BLAS thread pools in the zygote; actors set their own
         env["HARNESS_ZYGOTE_FD"] = str(theirs.fileno())
+        env["HARNESS_ZYGOTE_PRELOAD"] = ",".join(self.preload)
         # the zygote must import this package even when the caller found it through its cwd
         # or script directory (python -P puts neither on the zygote's path)
         roots = {str(Path(__file__).resolve().parents[1])}
@@ -556,7 +563,8 @@ def _zygote_main() -> None:
     ctrl = socket.socket(fileno=int(os.environ.pop("HARNESS_ZYGOTE_FD")))
     launcher_pid = os.getppid()
     _set_name("harness-zygote")
-    for name in PRELOAD:
+    extra = [m for m in os.environ.pop("HARNESS_ZYGOTE_PRELOAD", "").split(",") if m]
+    for name in (*PRELOAD, *extra):
         try:
             importlib.import_module(name)
         except ImportError as exc:  # still usable, just slower to fork

@@ -49,7 +49,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import RUNNING as _RUNNING
@@ -145,6 +145,7 @@ def connect(
     start_timeout_s: float = 60.0,
     place_timeout_s: float = 300.0,
     name: str | None = None,
+    preload: Sequence[str] = (),
 ) -> ZmqClient:
     """A client of an embedded local farm (``address=None``) or of the cluster whose master
     listens at ``address`` (``tcp://HOST:PORT``).
@@ -154,7 +155,9 @@ def connect(
     (default: this machine's cores; asking for more only logs a warning). ``heartbeat_s``:
     the client's heartbeat to the master. ``connect_timeout_s``: how long to wait for the
     master's welcome. ``start_timeout_s``: how long an actor may take to start and construct
-    its object. ``place_timeout_s``: how long the master may take to place an actor."""
+    its object. ``place_timeout_s``: how long the master may take to place an actor.
+    ``preload``: modules the local farm's zygote imports before forking actors, so they share
+    them (e.g. ``torch``; a cluster's workers read ``HARNESS_ACTOR_PRELOAD`` instead)."""
     return ZmqClient(
         address,
         keys=keys,
@@ -164,6 +167,7 @@ def connect(
         start_timeout_s=start_timeout_s,
         place_timeout_s=place_timeout_s,
         name=name,
+        preload=preload,
     )
 
 
@@ -195,6 +199,7 @@ class ZmqClient:
         start_timeout_s: float = 60.0,
         place_timeout_s: float = 300.0,
         name: str | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self._closed = True  # until constructed (close() and __del__ may run on a failure)
         if keys is not None and not isinstance(keys, Keys):
@@ -219,7 +224,7 @@ class ZmqClient:
         self._closed = False
         try:
             if address is None:
-                self._farm = _LocalFarm(self, cpus, keys)
+                self._farm = _LocalFarm(self, cpus, keys, preload)
             else:
                 self._master = _MasterLink(
                     self, address, heartbeat_s, connect_timeout_s, name or _default_name()
@@ -1040,9 +1045,11 @@ class _Receiver:
 class _LocalFarm:
     """Actors on this machine: an ActorLauncher plus a thread watching their sentinels."""
 
-    def __init__(self, client: ZmqClient, cpus: float | None, keys: Keys | None) -> None:
+    def __init__(
+        self, client: ZmqClient, cpus: float | None, keys: Keys | None, preload: Sequence[str]
+    ) -> None:
         self.client = client
-        self.launcher = ActorLauncher("127.0.0.1", keys)
+        self.launcher = ActorLauncher("127.0.0.1", keys, preload)
         self.cpus_total = float(cpus if cpus else (os.cpu_count() or 1))
         self.cpus_used = 0.0
         self.gpus_free: list[int] | None = None
