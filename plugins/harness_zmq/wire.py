@@ -161,14 +161,19 @@ class _Pickling(threading.local):
         self.pickler = self.make()
 
     def make(self) -> Any:
-        def keep(buf: pickle.PickleBuffer) -> bool:
-            raw = buf.raw()
-            if raw.nbytes < OOB_MIN_BYTES:
-                return True  # in-band
-            self.buffers.append(raw)
-            return False
+        # self.buffers is replaced per dump: look it up at call time
+        return cloudpickle.CloudPickler(
+            self.stream, protocol=5, buffer_callback=lambda buf: _keep(buf, self.buffers)
+        )
 
-        return cloudpickle.CloudPickler(self.stream, protocol=5, buffer_callback=keep)
+
+def _keep(buf: pickle.PickleBuffer, buffers: list[Any]) -> bool:
+    """pickle's buffer_callback: small buffers stay in-band (True), big ones become frames."""
+    raw = buf.raw()
+    if raw.nbytes < OOB_MIN_BYTES:
+        return True
+    buffers.append(raw)
+    return False
 
 
 _pickling = _Pickling()
@@ -191,15 +196,7 @@ def plain(obj: Any) -> bool:
 def dumps_plain(obj: Any) -> list[Any]:
     """:func:`dumps` with the C pickler, for values made of :func:`plain` parts only."""
     buffers: list[Any] = []
-
-    def keep(buf: pickle.PickleBuffer) -> bool:
-        raw = buf.raw()
-        if raw.nbytes < OOB_MIN_BYTES:
-            return True
-        buffers.append(raw)
-        return False
-
-    data = pickle.dumps(obj, 5, buffer_callback=keep)
+    data = pickle.dumps(obj, 5, buffer_callback=lambda buf: _keep(buf, buffers))
     return [data, *buffers] if buffers else [data]
 
 
@@ -217,16 +214,10 @@ def dumps(obj: Any) -> list[Any]:
     state = _pickling
     if state.busy:  # re-entered from a __reduce__: use a pickler of its own
         buffers: list[Any] = []
-
-        def keep(buf: pickle.PickleBuffer) -> bool:
-            raw = buf.raw()
-            if raw.nbytes < OOB_MIN_BYTES:
-                return True
-            buffers.append(raw)
-            return False
-
         stream = io.BytesIO()
-        cloudpickle.CloudPickler(stream, protocol=5, buffer_callback=keep).dump(obj)
+        cloudpickle.CloudPickler(
+            stream, protocol=5, buffer_callback=lambda buf: _keep(buf, buffers)
+        ).dump(obj)
         return [stream.getbuffer(), *buffers]
     state.busy = True
     state.buffers = []
