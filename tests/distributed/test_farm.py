@@ -134,3 +134,19 @@ def test_killed_actors_are_replaced_and_nothing_is_lost(tmp_path: Path) -> None:
     assert farm[-1]["farm/actor_restarts"] >= killer.kills - 1  # the last kill may be unseen
     # every transition received was observed exactly once: no loss, no duplicates
     assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
+
+
+def test_more_actors_than_envs_is_a_config_error(tmp_path: Path) -> None:
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"run\.actors = 9 is more than run\.num_envs = 8"):
+        run_farm(tmp_path, ["actors=9", "num_envs=8"])
+
+
+def test_unreachable_cluster_fails_fast_and_clearly(tmp_path: Path) -> None:
+    from harness.errors import HarnessError
+
+    start = time.monotonic()
+    with pytest.raises(HarnessError, match="no answer from a harness master"):
+        run_farm(tmp_path, ["actors=2", "cluster='tcp://127.0.0.1:1'"])
+    assert time.monotonic() - start < 30
