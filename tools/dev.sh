@@ -25,7 +25,9 @@ case "$job" in
     exec .venv/bin/harness run competitions/cartpole "$@"
     ;;
   test)
-    bash tools/install_chromium.sh  # the web monitor's browser test (Debian package; no-op if present)
+    # the web monitor's browser test (Debian package; no-op if present). A failed install does
+    # not stop the suite: the browser tests then skip, naming the missing browser.
+    bash tools/install_chromium.sh || echo "dev.sh: warning: chromium could not be installed" >&2
     .venv/bin/ruff format --check .
     .venv/bin/ruff check .
     .venv/bin/mypy
