@@ -125,6 +125,7 @@ def end_recorded(state_dir: Path) -> None:
                 proc = psutil.Process(record["pid"])
                 if abs(proc.create_time() - record["create_time"]) < 0.01:
                     proc.kill()
+                    proc.wait(timeout=10)
             except psutil.Error:
                 pass
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_cluster import end_recorded  # same directory: pytest puts it on sys.path
 
 pytestmark = pytest.mark.distributed
 
@@ -299,17 +300,4 @@ def test_actors_on_a_worker_in_another_network_namespace(
             worker.wait(timeout=10)
         if worker_log is not None:
             worker_log.close()
-        _end_recorded(Path(env["HARNESS_STATE_DIR"]))
-
-
-def _end_recorded(state_dir: Path) -> None:
-    """Kill what `harness cluster start` recorded (pid + create time), nothing else."""
-    for path in state_dir.glob("*.json") if state_dir.is_dir() else []:
-        for record in json.loads(path.read_text()).get("processes", []):
-            try:
-                proc = psutil.Process(record["pid"])
-                if abs(proc.create_time() - record["create_time"]) < 0.01:
-                    proc.kill()
-                    proc.wait(timeout=10)
-            except psutil.Error:
-                pass
+        end_recorded(Path(env["HARNESS_STATE_DIR"]))
