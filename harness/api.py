@@ -241,6 +241,10 @@ class Agent(abc.ABC):
     on_policy: bool = False
     """True when ``learn`` needs experience from the current policy only (PPO): remote
     actors then wait for the newest weights before every rollout."""
+    independent_transitions: bool = False
+    """True when ``observe`` takes each row of a transition on its own (one-step replay, no
+    per-env sequences): it then accepts batches of any number of rows from any envs, and an
+    actor farm streams rollouts to it as they arrive instead of waiting for every actor."""
 
     def __init__(
         self,

@@ -89,7 +89,10 @@ class RunConfig:
     """Transport plugin that runs the actors."""
     max_policy_lag: int = 1
     """Rollouts an actor of an off-policy algorithm may run ahead of the learner's weights
-    (on-policy algorithms always wait for the newest weights)."""
+    (on-policy algorithms always wait for the newest weights). Agents with independent
+    transitions (DQN) stream: this many requests stay queued at each actor, and a rollout's
+    weights can be a version or so older still when other actors delivered in the meantime
+    (``farm/policy_lag_max`` reports it)."""
     actor_memory_mb: int = 0
     """Address-space limit per actor process in MiB; 0 means no limit."""
 

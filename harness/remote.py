@@ -25,6 +25,7 @@ and traceback; an actor whose process died raises :class:`ActorLost`.
 from __future__ import annotations
 
 import inspect
+import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -37,9 +38,11 @@ __all__ = [
     "ActorLost",
     "ActorOptions",
     "Client",
+    "Completions",
     "Proxy",
     "RemoteClass",
     "RemoteError",
+    "completions",
     "connect",
     "current_client",
     "handle_of",
@@ -137,6 +140,9 @@ class Client(Protocol):
     def close(self) -> None:
         """Release every actor this client created and disconnect (idempotent)."""
         ...
+
+    # Optional, for a transport that can do better than the generic version:
+    # ``completions() -> Completions`` (see :func:`completions`).
 
 
 # ------------------------------------------------------------------------------------------
@@ -335,3 +341,40 @@ def handle_of(proxy: Proxy) -> ActorHandle:
 def release(proxy: Proxy) -> None:
     """End the actor behind ``proxy`` now (it is also ended when its connection closes)."""
     handle_of(proxy).close()
+
+
+class Completions:
+    """Futures handed back as they finish, with a tag each: ``add(future, tag)`` while
+    others are outstanding, ``next()`` returns the ``(future, tag)`` of one that is done.
+
+    What an actor farm's learner needs to take rollouts in arrival order from hundreds of
+    actors. This generic version uses done-callbacks and a queue; a transport can offer a
+    cheaper one (see :func:`completions`). Futures of one actor are handed back in the order
+    they were added when the actor answers in order (actors serve calls one at a time)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Any]] = queue.SimpleQueue()
+
+    def add(self, future: Future[Any], tag: Any) -> None:
+        future.add_done_callback(lambda f: self._queue.put((f, tag)))
+
+    def next(self, timeout: float | None = None) -> tuple[Future[Any], Any]:
+        """The next finished ``(future, tag)``; ``TimeoutError`` after ``timeout`` seconds."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no future finished within {timeout} s") from None
+
+    def close(self) -> None:
+        """Stop watching (futures still outstanding are left alone)."""
+
+
+def completions(client: Any = None) -> Completions:
+    """A :class:`Completions` for futures of ``client`` (its transport's own when it has
+    one: the ZeroMQ client's reads the actors' sockets in the calling thread through epoll,
+    O(1) per finished call)."""
+    make = getattr(client, "completions", None)
+    if make is not None:
+        made: Completions = make()
+        return made
+    return Completions()

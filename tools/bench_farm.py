@@ -8,6 +8,10 @@ weights after every update. Measured after the farm is up (actor start-up is rep
 
 - steps/s delivered to the learner (observed by the agent) over the measuring window, and its
   ratio to the ideal (target >= 90%);
+- the physical limit of this machine for the same load, measured in the same run: N plain
+  processes (forked, no harness, no sockets) each stepping one ``harness/Delay-v0`` env made
+  by ``gymnasium.make`` with uniformly random actions for ``--bare-seconds``; harness's
+  delivered steps/s are reported as a ratio to it as well as to the ideal;
 - memory: the learner's RSS and the actors' summed PSS (proportional set size, which counts
   pages shared by the fork server once) at the start and the end of the window ("flat": the
   end is within a few percent of the start).
@@ -34,6 +38,30 @@ from harness import hookimpl
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(this process's CPU seconds, summed CPU seconds of ``pids``): user + system."""
+    import psutil
+
+    def total(proc: Any) -> float:
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+
+    actors = 0.0
+    for pid in pids:
+        try:
+            actors += total(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return total(psutil.Process()), actors
+
+
+def machine_cpu() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def memory(pids: list[int]) -> tuple[float, float]:
     """(learner RSS MiB, summed PSS MiB of ``pids``)."""
     import psutil
@@ -48,6 +76,62 @@ def memory(pids: list[int]) -> tuple[float, float]:
     return me, total
 
 
+def _bare_actor(step_s: float, seconds: float, ready: Any, go: Any, start: Any, out: Any) -> None:
+    """One plain process: steps a gymnasium Delay env with random actions for ``seconds`` from
+    the common start and counts the steps that finish in that window."""
+    import random
+
+    import numpy as np
+
+    from harness_gymnasium.plugin import _gym
+
+    env = _gym().make("harness/Delay-v0", step_seconds=step_s)
+    env.reset(seed=os.getpid())
+    rng = np.random.default_rng(os.getpid())
+    ready.put(os.getpid())
+    go.wait()
+    end = start.value + seconds
+    time.sleep(max(0.0, start.value - time.time()) + random.random() * step_s)  # random phase
+    count = 0
+    while True:
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(0, 2)))
+        if terminated or truncated:
+            env.reset()
+        if time.time() >= end:
+            break
+        count += 1
+    out.put(count)
+
+
+def bare_reference(n: int, step_ms: float, seconds: float) -> float:
+    """Steps/s of ``n`` plain processes stepping the env (see the module docstring). The
+    imports happen once before the forks and the window opens when every process is ready,
+    as the farm's window opens when every actor is up."""
+    import multiprocessing as mp
+
+    from harness_gymnasium.plugin import _gym
+
+    _gym().make("harness/Delay-v0").close()  # gymnasium and the env imported before forking
+    ctx = mp.get_context("fork")
+    ready, out, go, start = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [
+        ctx.Process(
+            target=_bare_actor, args=(step_ms / 1000, seconds, ready, go, start, out), daemon=True
+        )
+        for _ in range(n)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    start.value = time.time() + 1.0
+    go.set()
+    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=30)
+    return total / seconds
+
+
 class Probe:
     """A plugin: marks the start of the window once every actor delivered, samples memory,
     and counts the steps observed in the window."""
@@ -60,6 +144,9 @@ class Probe:
         self.step_end = 0
         self.mem_start: tuple[float, float] | None = None
         self.mem_end: tuple[float, float] | None = None
+        self.cpu_start = (0.0, 0.0)
+        self.cpu_end = (0.0, 0.0)
+        self.machine_start = self.machine_end = (0, 1)
         self.farm_up: float | None = None
         self.started = time.monotonic()
         self.last: dict[str, float] = {}
@@ -77,9 +164,13 @@ class Probe:
         if self.t0 is None and now >= self.warm_until:
             self.t0, self.step0 = now, run.step
             self.mem_start = memory(self.pids)
+            self.cpu_start = cpu_seconds(self.pids)
+            self.machine_start = machine_cpu()
         elif self.t0 is not None and self.t_end is None and now >= self.t0 + self.window:
             self.t_end, self.step_end = now, run.step
             self.mem_end = memory(self.pids)
+            self.cpu_end = cpu_seconds(self.pids)
+            self.machine_end = machine_cpu()
             run.stop_requested = True
 
 
@@ -98,8 +189,18 @@ def main(argv: list[str] | None = None) -> None:
         help="actor policy: random (what the farm itself costs) or dqn (a real agent: "
         "numpy Q-network on the actors, replay and updates on the learner)",
     )
+    p.add_argument(
+        "--bare-seconds",
+        type=float,
+        default=30.0,
+        help="window of the plain-process reference (0: skip it)",
+    )
     p.add_argument("--json", help="also write the result here")
     args = p.parse_args(argv)
+
+    bare = 0.0
+    if args.bare_seconds:
+        bare = bare_reference(args.actors, args.step_ms, args.bare_seconds)
 
     from harness.config import find_pack_file, layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
@@ -149,6 +250,12 @@ def main(argv: list[str] | None = None) -> None:
     sps = (probe.step_end - probe.step0) / (probe.t_end - probe.t0)
     ideal = n * 1000.0 / args.step_ms
     mem_end = probe.mem_end or (0.0, 0.0)
+    window = probe.t_end - probe.t0
+    learner_cores = (probe.cpu_end[0] - probe.cpu_start[0]) / window
+    actor_cores = (probe.cpu_end[1] - probe.cpu_start[1]) / window
+    idle = (probe.machine_end[0] - probe.machine_start[0]) / max(
+        1, probe.machine_end[1] - probe.machine_start[1]
+    )
     result = {
         "algo": args.algo,
         "actors": n,
@@ -160,6 +267,11 @@ def main(argv: list[str] | None = None) -> None:
         "steps_per_s": round(sps, 1),
         "ideal_steps_per_s": ideal,
         "fraction_of_ideal": round(sps / ideal, 4),
+        "bare_steps_per_s": round(bare, 1),
+        "fraction_of_bare": round(sps / bare, 4) if bare else None,
+        "learner_cores": round(learner_cores, 3),
+        "actors_cores": round(actor_cores, 3),
+        "machine_idle": round(idle, 3),
         "learner_rss_mib": [round(probe.mem_start[0], 1), round(mem_end[0], 1)],
         "actors_pss_mib": [round(probe.mem_start[1], 1), round(mem_end[1], 1)],
         "farm_metrics": probe.last,
@@ -174,17 +286,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: python tools/bench_farm.py {' '.join(argv or sys.argv[1:])}".rstrip())
     print()
     print(
-        "| policy | actors | env step | ideal steps/s | delivered steps/s | of ideal "
-        "| farm start-up s | learner RSS MiB (start -> end) | actors PSS MiB (start -> end) |"
+        "| policy | actors | env step | ideal steps/s | plain processes steps/s | delivered "
+        "steps/s | of ideal | of plain | farm start-up s | learner RSS MiB (start -> end) "
+        "| actors PSS MiB (start -> end) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    of_bare = f"{sps / bare:.1%}" if bare else "-"
     print(
-        f"| {args.algo} | {n} | {args.step_ms:g} ms | {ideal:,.0f} | {sps:,.0f} | "
-        f"{sps / ideal:.1%} | "
+        f"| {args.algo} | {n} | {args.step_ms:g} ms | {ideal:,.0f} | {bare:,.0f} | {sps:,.0f} | "
+        f"**{sps / ideal:.1%}** | {of_bare} | "
         f"{result['farm_startup_s']} | {probe.mem_start[0]:.0f} -> {mem_end[0]:.0f} | "
         f"{probe.mem_start[1]:.0f} -> {mem_end[1]:.0f} |"
     )
     print()
+    print(
+        f"CPU over the window as the kernel accounts it (tick-sampled, so only indicative): "
+        f"learner {learner_cores:.2f} cores, actors {actor_cores:.2f} cores; machine idle "
+        f"{idle:.0%}"
+    )
     print("farm metrics at the end:", json.dumps(probe.last))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

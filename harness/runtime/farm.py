@@ -7,11 +7,20 @@ empty). ``run.num_envs`` is split across ``run.actors``; every iteration each ac
 one chunk of ``agent.rollout_len`` vector steps, and the learner observes them step by step in
 actor order, so the agent sees exactly the layout a serial run with ``num_envs`` envs gives.
 
+- Weights travel with the rollout requests: a request carries ``(version, weights,
+  env_steps)`` when the actor does not have that version yet, else nothing, so a broadcast
+  costs no extra messages or replies.
 - On-policy agents (``agent.on_policy``) get every rollout from the newest weights: the next
-  rollout is requested after the weights of the last update are sent.
+  rollout is requested (with the weights) after the update.
 - Off-policy agents let each actor run ``run.max_policy_lag`` rollouts ahead, so actors keep
   stepping while the learner learns; each chunk carries its weights version and the lag is
   reported.
+- Agents whose ``observe`` takes each row of a transition on its own
+  (``agent.independent_transitions``: one-step replay, DQN) are not held to that layout:
+  their rollouts stream in arrival order, each observed as soon as it arrives with its
+  actor's own envs, and the actor is asked for the next one at once. No actor waits for the
+  slowest one (with hundreds of actors the slowest one of each round would otherwise set
+  everyone's pace). One iteration is still ``rollout_len x num_envs`` env steps.
 - Bounded inbox: at most ``actors * max(1, max_policy_lag)`` chunks are requested or held at
   any time (backpressure: a slow learner slows the actors, never grows memory).
 - An actor that dies (``ActorLost``) is replaced, given the current weights and asked again;
@@ -33,12 +42,14 @@ import numpy as np
 from harness.api import Agent, Transition
 from harness.config import Config
 from harness.errors import HarnessError
-from harness.remote import ActorLost, ActorOptions, Client, RemoteClass
+from harness.remote import ActorLost, ActorOptions, Client, RemoteClass, completions
 
 if TYPE_CHECKING:
     from harness.runtime.run import Run
 
 log = logging.getLogger(__name__)
+
+_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
 
 MAX_RESTARTS_PER_ACTOR = 1000
 """A run whose actor keeps dying more often than this stops with an error (a crash loop)."""
@@ -65,19 +76,17 @@ class RolloutActor:
         self.agent.env_steps = env_steps  # exploration schedules follow the learner
         self.version = version
 
-    def rollout(self, steps: int) -> dict[str, Any]:
-        """``steps`` vector steps; arrays are stacked time-major: ``(steps, num_envs, ...)``."""
+    def rollout(
+        self, steps: int, weights: tuple[int, dict[str, np.ndarray], int] | None = None
+    ) -> dict[str, Any]:
+        """``steps`` vector steps, after loading ``weights`` (``(version, weights,
+        env_steps)``) when given; arrays are stacked time-major: ``(steps, num_envs, ...)``."""
+        if weights is not None:
+            self.set_weights(*weights)
         start = time.perf_counter()
         finished: list[tuple[float, int]] = []
-        transitions = [self.stepper.step(self.agent, finished) for _ in range(steps)]
+        chunk = self.stepper.rollout(self.agent, steps, finished)
         self.agent.env_steps += steps * self.stepper.n
-        chunk: dict[str, Any] = {
-            name: np.stack([getattr(t, name) for t in transitions])
-            for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-        }
-        chunk["extras"] = {
-            key: np.stack([t.extras[key] for t in transitions]) for key in transitions[0].extras
-        }
         chunk.update(
             index=self.index,
             version=self.version,
@@ -122,6 +131,8 @@ class _Slot:
     seed: int
     proxy: Any = None
     inflight: deque[Future[Any]] = field(default_factory=deque)
+    sent_version: int = -1
+    """The newest weights version sent to this actor (-1: none yet)."""
     restarts: int = 0
     steps_per_s: float = 0.0
 
@@ -150,10 +161,14 @@ class FarmCollector:
             _Slot(i, len(s), cfg.seed * 100_003 + run.step + 7919 * i) for i, s in enumerate(sizes)
         ]
         self.version = 0
+        self._weights: tuple[int, dict[str, np.ndarray], int] | None = None
+        """The newest weights as sent, taken from the agent once per version."""
         self.restarts = 0
         self.received_steps = 0
         self.lost_rollouts = 0
         self.lags: list[int] = []
+        self.stream = not run.agent.on_policy and run.agent.independent_transitions
+        self._arrivals = completions(self.client)  # stream mode: rollouts as they finish
         try:
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
                 list(pool.map(self._start, self.slots))
@@ -173,7 +188,7 @@ class FarmCollector:
         slot.proxy = self.actor_cls(
             self.config, slot.index, slot.num_envs, seed, _client=self.client
         )
-        slot.proxy.set_weights.future(self.version, self.agent.weights(), self.agent.env_steps)
+        slot.sent_version = -1  # the first rollout request carries the weights
 
     def _replace(self, slot: _Slot, error: BaseException) -> None:
         slot.restarts += 1
@@ -183,7 +198,7 @@ class FarmCollector:
                 f"actor {slot.index} died {slot.restarts} times; last error: {error}"
             ) from error
         log.warning("actor %d lost (%s); starting a replacement", slot.index, error)
-        self.lost_rollouts += len(slot.inflight) + 1  # requested, never delivered
+        self.lost_rollouts += len(slot.inflight)  # requested (the failed one too), never delivered
         slot.inflight.clear()
         try:
             from harness.remote import release
@@ -195,7 +210,16 @@ class FarmCollector:
 
     def _top_up(self, slot: _Slot, depth: int) -> None:
         while len(slot.inflight) < depth:
-            slot.inflight.append(slot.proxy.rollout.future(self.steps))
+            weights = None
+            if slot.sent_version != self.version:
+                if self._weights is None:
+                    self._weights = (self.version, self.agent.weights(), self.agent.env_steps)
+                weights = self._weights
+                slot.sent_version = self.version
+            future = slot.proxy.rollout.future(self.steps, weights)
+            slot.inflight.append(future)
+            if self.stream:
+                self._arrivals.add(future, slot)
 
     def _next_chunk(self, slot: _Slot) -> dict[str, Any]:
         while True:
@@ -206,27 +230,57 @@ class FarmCollector:
             except ActorLost as exc:
                 self._replace(slot, exc)
                 continue
-            lag = self.version - int(chunk["version"])
-            self.lags.append(lag)
             if self.lag:
                 self._top_up(slot, self.lag)  # keep stepping while the learner learns
-            slot.steps_per_s = self.steps * slot.num_envs / max(chunk["seconds"], 1e-9)
+            self._received(slot, chunk)
             return chunk
 
-    # -- the collector interface ---------------------------------------------------------
-    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
-        chunks = [self._next_chunk(slot) for slot in self.slots]
+    def _received(self, slot: _Slot, chunk: dict[str, Any]) -> None:
+        self.lags.append(self.version - int(chunk["version"]))
+        slot.steps_per_s = self.steps * slot.num_envs / max(chunk["seconds"], 1e-9)
+
+    def _stream(self, run: Run, finished: list[tuple[float, int]]) -> None:
+        """Observe rollouts in arrival order until one iteration's worth of env steps."""
+        depth = max(1, self.lag)
+        for slot in self.slots:
+            self._top_up(slot, depth)
+        wanted = self.steps * self.config.run.num_envs
+        got = 0
+        while got < wanted:
+            future, slot = self._arrivals.next()
+            if not slot.inflight or slot.inflight[0] is not future:
+                continue  # a request of a replaced actor (counted as lost)
+            try:
+                chunk: dict[str, Any] = future.result()
+            except ActorLost as exc:
+                self._replace(slot, exc)
+                self._top_up(slot, depth)
+                continue
+            slot.inflight.popleft()
+            self._top_up(slot, depth)  # it steps on while this chunk is observed
+            self._received(slot, chunk)
+            self._observe(run, [chunk], slot.num_envs, finished)
+            got += self.steps * slot.num_envs
+
+    def _observe(
+        self,
+        run: Run,
+        chunks: list[dict[str, Any]],
+        width: int,
+        finished: list[tuple[float, int]],
+    ) -> None:
+        """Observe ``chunks`` side by side (their envs concatenated), step by step."""
         for chunk in chunks:
             finished.extend((float(r), int(n)) for r, n in chunk["episodes"])
-        joined = {
-            name: np.concatenate([c[name] for c in chunks], axis=1)
-            for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-        }
-        extras = {
-            key: np.concatenate([c["extras"][key] for c in chunks], axis=1)
-            for key in chunks[0]["extras"]
-        }
-        n = self.config.run.num_envs
+        if len(chunks) == 1:
+            joined = {name: chunks[0][name] for name in _FIELDS}
+            extras = chunks[0]["extras"]
+        else:
+            joined = {name: np.concatenate([c[name] for c in chunks], axis=1) for name in _FIELDS}
+            extras = {
+                key: np.concatenate([c["extras"][key] for c in chunks], axis=1)
+                for key in chunks[0]["extras"]
+            }
         for t in range(self.steps):
             run.agent.observe(
                 Transition(
@@ -239,14 +293,20 @@ class FarmCollector:
                     {key: value[t] for key, value in extras.items()},
                 )
             )
-            run.step += n
-        self.received_steps += self.steps * n
+            run.step += width
+        self.received_steps += self.steps * width
+
+    # -- the collector interface ---------------------------------------------------------
+    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
+        if self.stream:
+            self._stream(run, finished)
+            return
+        chunks = [self._next_chunk(slot) for slot in self.slots]
+        self._observe(run, chunks, self.config.run.num_envs, finished)
 
     def after_learn(self, run: Run) -> dict[str, float]:
         self.version += 1
-        weights, env_steps = self.agent.weights(), self.agent.env_steps
-        for slot in self.slots:
-            slot.proxy.set_weights.future(self.version, weights, env_steps)
+        self._weights = None  # taken from the agent when the first request needs them
         rates = [s.steps_per_s for s in self.slots]
         metrics = {
             "farm/actors": float(len(self.slots)),
@@ -274,6 +334,7 @@ class FarmCollector:
         return metrics
 
     def close(self) -> None:
+        self._arrivals.close()
         try:
             self.client.close()
         except Exception:  # closing must not hide the error that ended the run

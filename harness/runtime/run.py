@@ -279,21 +279,95 @@ class EnvStepper:
         obs = self.obs
         actions, extras = agent.sample(obs)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
-        done = terminated | truncated
         real_next = next_obs
         self.ep_return += rewards
         self.ep_length += 1
-        if done.any():
+        # SAME_STEP autoreset: "_final_obs" is in the infos exactly when an episode ended
+        # (harness.testing.check_env holds every env plugin to it)
+        final_mask = infos.get("_final_obs")
+        if final_mask is not None:
             real_next = next_obs.copy()
-            final_mask = infos["_final_obs"]
             for i in np.flatnonzero(final_mask):
                 real_next[i] = infos["final_obs"][i]
-            for i in np.flatnonzero(done):
+            for i in np.flatnonzero(terminated | truncated):
                 finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
                 self.ep_return[i] = 0.0
                 self.ep_length[i] = 0
         self.obs = next_obs
         return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
+
+    def rollout(
+        self, agent: Agent, steps: int, finished: list[tuple[float, int]]
+    ) -> dict[str, Any]:
+        """``steps`` vector steps written into time-major arrays ``(steps, n, ...)``: the
+        Transition fields by name plus ``extras`` (a dict). What :meth:`step` gives step by
+        step, for a remote actor: no per-step objects, the episode statistics done once at
+        the end (``finished`` gets them in time order, like ``step``)."""
+        bufs: dict[str, np.ndarray] = {}
+        extra_bufs: dict[str, np.ndarray] = {}
+        any_done = False
+        for t in range(steps):
+            obs = self.obs
+            actions, extras = agent.sample(obs)
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+            if t == 0:
+                for name, value in (
+                    ("obs", obs),
+                    ("actions", actions),
+                    ("rewards", rewards),
+                    ("next_obs", next_obs),
+                    ("terminated", terminated),
+                    ("truncated", truncated),
+                ):
+                    value = np.asarray(value)
+                    bufs[name] = np.empty((steps, *value.shape), value.dtype)
+                for key, value in extras.items():
+                    value = np.asarray(value)
+                    extra_bufs[key] = np.empty((steps, *value.shape), value.dtype)
+            bufs["obs"][t] = obs
+            bufs["actions"][t] = actions
+            bufs["rewards"][t] = rewards
+            bufs["next_obs"][t] = next_obs
+            bufs["terminated"][t] = terminated
+            bufs["truncated"][t] = truncated
+            for key, value in extras.items():
+                extra_bufs[key][t] = value
+            final_mask = infos.get("_final_obs")  # SAME_STEP autoreset, as in step()
+            if final_mask is not None:
+                any_done = True
+                for i in np.flatnonzero(final_mask):
+                    bufs["next_obs"][t, i] = infos["final_obs"][i]
+            self.obs = next_obs
+        self._account(bufs["rewards"], bufs["terminated"] | bufs["truncated"], any_done, finished)
+        chunk: dict[str, Any] = dict(bufs)
+        chunk["extras"] = extra_bufs
+        return chunk
+
+    def _account(
+        self,
+        rewards: np.ndarray,
+        done: np.ndarray,
+        any_done: bool,
+        finished: list[tuple[float, int]],
+    ) -> None:
+        """Episode statistics of ``(T, n)`` rewards and done flags (see :meth:`rollout`)."""
+        steps = len(rewards)
+        if not any_done:
+            self.ep_return += rewards.sum(axis=0)
+            self.ep_length += steps
+            return
+        cum = np.cumsum(rewards, axis=0)
+        last = np.full(self.n, -1)  # the step of each env's latest episode end
+        for t, i in np.argwhere(done):
+            before = cum[last[i], i] if last[i] >= 0 else 0.0
+            ep_return = self.ep_return[i] + cum[t, i] - before
+            finished.append((float(ep_return), int(self.ep_length[i] + t - last[i])))
+            self.ep_return[i] = 0.0
+            self.ep_length[i] = 0
+            last[i] = t
+        cols = np.arange(self.n)
+        self.ep_return += cum[-1] - np.where(last >= 0, cum[last, cols], 0.0)
+        self.ep_length += steps - 1 - last
 
 
 class SerialCollector:

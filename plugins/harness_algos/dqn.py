@@ -160,6 +160,7 @@ class DQN(Algorithm):
 class DQNAgent(Agent):
     """Epsilon-greedy acting, replay storage and the update schedule around :class:`DQN`."""
 
+    independent_transitions = True  # one-step replay: a farm may stream rollouts to it
     algorithm: DQN
     config: DQNConfig
 

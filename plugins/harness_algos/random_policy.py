@@ -50,6 +50,7 @@ class RandomPolicy(Algorithm):
 
 class RandomAgent(Agent):
     algorithm: RandomPolicy
+    independent_transitions = True  # observe only counts steps
 
     def __init__(
         self, algorithm: RandomPolicy, info: EnvInfo, config: RandomConfig, *, seed: int
@@ -65,7 +66,8 @@ class RandomAgent(Agent):
 
     def _random(self, count: int, rng: np.random.Generator) -> np.ndarray:
         if self.action.kind == "discrete":
-            return rng.integers(0, self.action.n, size=count)
+            # floor(u * n) with u in [0, 1): uniform over 0..n-1, 2-3x cheaper than integers()
+            return (rng.random(count) * self.action.n).astype(np.int64)
         u = rng.random((count, *self.action.shape), dtype=np.float32)
         return self.low + u * (self.high - self.low)
 

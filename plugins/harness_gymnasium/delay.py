@@ -42,4 +42,4 @@ class DelayEnv(gym.Env[np.ndarray, np.int64]):
         return self._obs(), 1.0, False, self._t >= self.episode_steps, {}
 
     def _obs(self) -> np.ndarray:
-        return self.np_random.standard_normal(4).astype(np.float32)
+        return self.np_random.standard_normal(4, dtype=np.float32)

@@ -7,6 +7,7 @@ harness's runner expects from every env plugin (see harness.testing.check_env).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,13 +71,22 @@ def make_env(
     if options.max_episode_steps is not None:
         make_kwargs["max_episode_steps"] = options.max_episode_steps
     try:
-        envs = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=vector,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            **make_kwargs,
-        )
+        if vector == "sync":  # gymnasium's SyncVectorEnv, with a leaner step (see vector.py)
+            from harness_gymnasium.vector import LeanSyncVectorEnv
+
+            gym.spec(env_id)  # an unknown id fails here, as in make_vec
+            envs = LeanSyncVectorEnv(
+                [functools.partial(gym.make, env_id, **make_kwargs)] * num_envs,
+                autoreset_mode=AutoresetMode.SAME_STEP,
+            )
+        else:
+            envs = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode=vector,
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                **make_kwargs,
+            )
     except TypeError as exc:
         raise ConfigError(f"[env] kwargs {make_kwargs} do not fit {env_id}: {exc}.") from None
     if seed is not None:

@@ -26,7 +26,9 @@ its process dies (end of file on the socket pair, plus a parent-pid check).
 **Resources.** ``cpus`` sets ``OMP/MKL/OPENBLAS/NUMEXPR_NUM_THREADS`` (so torch, imported later,
 uses that many threads), numpy's BLAS pool (threadpoolctl) and torch's if it is loaded;
 ``gpus`` sets ``CUDA_VISIBLE_DEVICES`` ("" for none); ``memory_mb`` sets ``RLIMIT_AS`` (the
-address space: an allocation beyond it raises MemoryError inside the actor). Every actor
+address space: an allocation beyond it raises MemoryError inside the actor). ``nice`` (of the
+launcher) lowers every actor's priority: an embedded farm's learner shares the machine with
+its actors and must not wait for a CPU behind hundreds of them. Every actor
 reseeds ``random`` and numpy's global generator (forks would otherwise share their state).
 
 **Serving.** One ROUTER socket (CURVE server when keys are given; a non-loopback host without
@@ -78,6 +80,16 @@ __all__ = ["STATS_ATTRIBUTE", "ActorLauncher", "ActorProcess", "InitPayload", "i
 
 STATS_ATTRIBUTE = "__harness_stats__"
 """``GETATTR`` of this name answers the actor's counters instead of reading the object."""
+
+
+def _ready(fd: Any, timeout: float | None, events: int = select.POLLIN) -> bool:
+    """Whether ``fd`` (a descriptor or an object with ``fileno()``) is readable (or has
+    ``events``) within ``timeout`` seconds (None: wait). ``poll``, not ``select``: a client
+    with hundreds of actors holds descriptors beyond ``select``'s limit of 1024."""
+    poller = select.poll()
+    poller.register(fd, events | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0))
+
 
 # what the zygote imports once so that every actor shares it
 PRELOAD = (
@@ -191,7 +203,7 @@ class ActorProcess:
                     fd = os.pidfd_open(self.pid)
                 except (OSError, HarnessError):
                     return -1
-                if select.select([self._sentinel], [], [], 0)[0]:
+                if _ready(self._sentinel, 0):
                     os.close(fd)  # it had exited already: the pid may not be its any more
                 else:
                     self._pidfd = fd
@@ -215,7 +227,7 @@ class ActorProcess:
     def _dead(self) -> bool:
         if self._sentinel < 0:
             return True
-        return bool(select.select([self.sentinel], [], [], 0)[0])
+        return _ready(self.sentinel, 0)
 
     @property
     def exitcode(self) -> int | None:
@@ -248,7 +260,7 @@ class ActorProcess:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise HarnessError(f"actor {self.actor_id} did not start within {timeout:.0f}s")
-                if not select.select([fd], [], [], min(left, 0.2))[0]:
+                if not _ready(fd, min(left, 0.2)):
                     if self._error is not None:
                         break
                     self._launcher._pump(0)
@@ -318,7 +330,11 @@ class ActorLauncher:
     """Starts actor processes on ``host`` (forks of one zygote process per launcher)."""
 
     def __init__(
-        self, host: str = "127.0.0.1", keys: Keys | None = None, preload: Sequence[str] = ()
+        self,
+        host: str = "127.0.0.1",
+        keys: Keys | None = None,
+        preload: Sequence[str] = (),
+        nice: int = 0,
     ) -> None:
         if keys is None and not is_loopback(host):
             raise InsecureBind(
@@ -328,6 +344,7 @@ class ActorLauncher:
             )
         self.host = host
         self.keys = keys
+        self.nice = max(0, int(nice))  # added to each actor's niceness (a lower priority)
         # modules the zygote imports before forking, beyond PRELOAD: every actor then shares
         # them (torch is ~150 MB per process otherwise); HARNESS_ACTOR_PRELOAD adds more
         extra = [m for m in os.environ.get("HARNESS_ACTOR_PRELOAD", "").split(",") if m]
@@ -370,6 +387,7 @@ class ActorLauncher:
             "actor_id": str(actor_id),
             "cpus": float(cpus),
             "gpus": [int(g) for g in gpus],
+            "nice": self.nice,
             "memory_mb": int(memory_mb) if memory_mb else None,
             "host": self.host,
             "keys": str(self.keys.directory) if self.keys is not None else None,
@@ -477,7 +495,7 @@ class ActorLauncher:
         self._ctrl = ours
         deadline = time.monotonic() + ZYGOTE_START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if not select.select([ours], [], [], 0.1)[0]:
+            if not _ready(ours, 0.1):
                 if self._zygote.poll() is not None:
                     break
                 continue
@@ -501,7 +519,7 @@ class ActorLauncher:
             if ctrl is None:
                 return False
             wait = timeout
-            while select.select([ctrl], [], [], wait)[0]:
+            while _ready(ctrl, wait):
                 try:
                     data = ctrl.recv(65536)
                 except OSError:
@@ -689,7 +707,7 @@ def _zygote_main() -> None:
         reap()
         flush()
         if outbox:  # the launcher may still read the last reports
-            select.select([], [ctrl], [], 0.05)
+            _ready(ctrl, 0.05, select.POLLOUT)
         elif children:
             time.sleep(0.01)
     os._exit(0)
@@ -719,6 +737,9 @@ def _actor_main(
         os.environ[name] = str(threads)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in request["gpus"])
     os.environ["HARNESS_ACTOR_ID"] = request["actor_id"]
+    if request.get("nice"):
+        with contextlib.suppress(OSError):
+            os.nice(int(request["nice"]))
     if threads > 1:
         with contextlib.suppress(Exception):
             from threadpoolctl import threadpool_limits

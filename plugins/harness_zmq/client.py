@@ -31,6 +31,7 @@ installs them on its ``sys.path`` before it unpickles the class.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import itertools
@@ -63,7 +64,7 @@ import zmq
 import zmq.backend
 
 from harness.errors import HarnessError
-from harness.remote import ActorLost, ActorOptions, RemoteError
+from harness.remote import ActorLost, ActorOptions, Completions, RemoteError
 from harness_zmq import wire
 from harness_zmq.actor import (
     STATS_ATTRIBUTE,
@@ -89,6 +90,7 @@ _SNDMORE = int(zmq.SNDMORE)
 _send = zmq.backend.Socket.send  # without pyzmq's Python wrapper
 _RCVMORE = int(zmq.RCVMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
+_POLLIN = int(zmq.POLLIN)
 _PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
 _CALL_HEADS: dict[str, bytes] = {}
 
@@ -128,6 +130,12 @@ _dumps_plain = wire.dumps_plain
 _pdumps = pickle.dumps
 POLL_MS = 200
 """How often a caller blocked on a reply checks whether its actor died."""
+LOCAL_ACTOR_NICE = 10
+"""Niceness added to the actors of an embedded local farm: they share the machine with the
+learner, which must not queue for a CPU behind hundreds of them (with 256 actors on 2 cores a
+learner at the same priority gets too small a share and every actor waits for it)."""
+SCAN_S = 0.02
+"""``_Completions`` looks at all its futures at least this often (those done without an edge)."""
 SWEEP_S = 0.1
 """How often the receiver thread looks at every watched socket even without a wake-up."""
 DRAIN_EVERY = 16
@@ -262,6 +270,10 @@ class ZmqClient:
         """Run metrics sent with the next heartbeats (shown by the cluster status)."""
         self.metrics = dict(metrics)
 
+    def completions(self) -> Completions:
+        """``harness.remote.completions`` for this client's futures (see _Completions)."""
+        return _Completions()
+
     # -- actors --------------------------------------------------------------------------
     def create_actor(
         self,
@@ -384,6 +396,7 @@ class ZmqActor:
         self._touched = 0.0  # when a future was last sent (see _Receiver)
         self._unread = 0  # futures sent since the socket was last read to the end
         self._wanted = False  # someone waits on its futures without reading (see _Receiver)
+        self._collected = 0  # futures of it held by a _Completions, which reads the socket
         sock = client.context.socket(zmq.DEALER)
         sock.linger = 0
         sock.sndhwm = 0  # pipelined calls never block nor drop
@@ -646,13 +659,30 @@ class ZmqActor:
                     self._settle(received)
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+    def _read_waiting(self) -> None:
+        """Read and settle the replies waiting on the socket, unless another thread holds it
+        for long (it reads them then)."""
+        if not self._lock.acquire(timeout=POLL_MS / 1000):
+            return
+        received: list[tuple[dict[str, Any], list[Any]]] = []
+        try:
+            if not self._closed:
+                self._drain(received)
+                self._receiver.cleaned(self)
+        finally:
+            self._lock.release()
+        if received:
+            self._settle(received)
+
     def _drain(self, into: list[tuple[dict[str, Any], list[Any]]]) -> None:
         """Read every reply waiting on the socket (the socket lock is held). Ends with a
-        receive that found nothing, which re-arms the socket's ZMQ_FD edge."""
+        ZMQ_EVENTS query that found nothing, which re-arms the socket's ZMQ_FD edge."""
         self._unread = 0
-        recv = self._sock.recv
+        sock = self._sock
+        recv = sock.recv
+        events = functools.partial(sock.getsockopt, zmq.EVENTS)
         unpackb = _unpackb
-        while True:
+        while events() & _POLLIN:  # (cheaper than a receive raising zmq.Again)
             try:
                 frame = recv(_NOBLOCK, copy=False)
             except zmq.Again:
@@ -799,6 +829,107 @@ class _Waiters(list[Any]):
     def append(self, waiter: Any) -> None:
         super().append(waiter)
         self.actor._receiver.wanted(self.actor)
+
+
+class _Completions(Completions):
+    """``harness.remote.Completions`` that reads the actors' sockets in the calling thread.
+
+    An epoll set holds the ``ZMQ_FD`` of every actor with futures here; ``next`` reads the
+    sockets that signal (and those sent on since they were last read to the end: the
+    descriptor is edge-triggered and a send may consume an edge) and hands back the futures
+    at the head of each actor's queue that are done. O(1) per finished call, no thread
+    hand-off: a learner can take rollouts from hundreds of actors in arrival order. A future
+    can also finish without an edge here (read by a blocking call or the receiver thread's
+    sweep, failed by the thread that watches actor processes): every ``SCAN_S`` all queue
+    heads are looked at. Futures of other transports go through the generic version."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._epoll = select.epoll()
+        self._fds: dict[int, ZmqActor] = {}
+        self._waiting: dict[ZmqActor, collections.deque[tuple[Future[Any], Any]]] = {}
+        self._dirty: set[ZmqActor] = set()
+        self._done: collections.deque[tuple[Future[Any], Any]] = collections.deque()
+        self._others = 0  # futures added through the generic version
+        self._scanned = time.monotonic()
+
+    def add(self, future: Future[Any], tag: Any) -> None:
+        actor = getattr(future, "_actor", None)
+        if not isinstance(actor, ZmqActor):
+            self._others += 1
+            super().add(future, tag)
+            return
+        waiting = self._waiting.get(actor)
+        if waiting is None:
+            waiting = self._waiting[actor] = collections.deque()
+            if self._fds.get(actor.fd) is not actor:  # new, or a closed one's number reused
+                with contextlib.suppress(OSError):
+                    self._epoll.unregister(actor.fd)
+                self._epoll.register(actor.fd, select.EPOLLIN)
+                self._fds[actor.fd] = actor
+        waiting.append((future, tag))
+        actor._collected += 1
+        if actor._unread:
+            self._dirty.add(actor)
+
+    def _take(self, actor: ZmqActor) -> None:
+        waiting = self._waiting.get(actor)
+        if waiting is None:
+            return
+        while waiting and waiting[0][0].done():
+            self._done.append(waiting.popleft())
+            actor._collected -= 1
+        if not waiting:
+            del self._waiting[actor]
+
+    def next(self, timeout: float | None = None) -> tuple[Future[Any], Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._done:
+                return self._done.popleft()
+            if self._others:
+                with contextlib.suppress(TimeoutError):
+                    found = super().next(0)
+                    self._others -= 1
+                    return found
+            for actor in self._dirty:
+                actor._read_waiting()
+                self._take(actor)
+            self._dirty.clear()
+            now = time.monotonic()
+            if now - self._scanned >= SCAN_S:
+                self._scanned = now
+                for actor in list(self._waiting):
+                    self._take(actor)
+            if self._done:
+                continue
+            wait = SCAN_S
+            if deadline is not None:
+                if now >= deadline:
+                    raise TimeoutError(f"no future finished within {timeout} s")
+                wait = min(wait, deadline - now)
+            try:
+                events = self._epoll.poll(wait)
+            except InterruptedError:
+                events = []
+            for fd, _ in events:
+                actor = self._fds.get(fd)
+                if actor is None:
+                    with contextlib.suppress(OSError):
+                        self._epoll.unregister(fd)
+                    continue
+                actor._read_waiting()
+                self._take(actor)
+                if actor not in self._waiting and (actor._closed or actor._dead is not None):
+                    self._fds.pop(fd, None)  # gone: stop watching it
+                    with contextlib.suppress(OSError):
+                        self._epoll.unregister(fd)
+
+    def close(self) -> None:
+        for actor, waiting in self._waiting.items():
+            actor._collected -= len(waiting)
+        self._waiting.clear()
+        self._epoll.close()
 
 
 class _Receiver:
@@ -977,7 +1108,8 @@ class _Receiver:
                 last_sweep = now
                 with self._lock:
                     everyone = list(self._watched)
-                due.extend(a for a in everyone if a not in due)
+                # (a Completions reads its actors itself: no safety net needed there)
+                due.extend(a for a in everyone if not a._collected and a not in due)
             for actor in due:
                 self._service(actor)
             if due:
@@ -1049,7 +1181,7 @@ class _LocalFarm:
         self, client: ZmqClient, cpus: float | None, keys: Keys | None, preload: Sequence[str]
     ) -> None:
         self.client = client
-        self.launcher = ActorLauncher("127.0.0.1", keys, preload)
+        self.launcher = ActorLauncher("127.0.0.1", keys, preload, nice=LOCAL_ACTOR_NICE)
         self.cpus_total = float(cpus if cpus else (os.cpu_count() or 1))
         self.cpus_used = 0.0
         self.gpus_free: list[int] | None = None
