@@ -30,11 +30,20 @@ import pytest
 import zmq
 from harness_zmq import wire
 from harness_zmq.actor import ActorLauncher
-from harness_zmq.client import ZmqActor, ZmqClient, connect, shipped_sources
+from harness_zmq.client import LOCAL_ACTOR_NICE, ZmqActor, ZmqClient, connect, shipped_sources
 
 import harness
 from harness.errors import HarnessError
-from harness.remote import ActorLost, ActorOptions, RemoteClass, RemoteError, handle_of, release
+from harness.remote import (
+    ActorLost,
+    ActorOptions,
+    Completions,
+    RemoteClass,
+    RemoteError,
+    completions,
+    handle_of,
+    release,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -120,6 +129,7 @@ class Counter:
             "ppid": os.getppid(),
             "cwd": os.getcwd(),
             "random": float(np.random.random()),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
         }
 
     def fork_sleeper(self) -> int:
@@ -423,6 +433,70 @@ def test_close_releases_everything_and_is_idempotent() -> None:
         RemoteCounter(_client=c)
 
 
+def test_completions_hand_back_futures_in_finishing_order(client: ZmqClient) -> None:
+    """The zmq Completions (epoll, read in this thread) and the generic one (callbacks) give
+    the same answers: finishing order across actors, adding order within one actor, tags,
+    and ActorLost for the calls of an actor that was killed."""
+    actors = [RemoteCounter(_client=client) for _ in range(4)]
+    try:
+        for done in (completions(client), Completions()):
+            assert isinstance(done, Completions)
+            # actor i sleeps (4 - i) * 0.15 s: they finish in reverse order
+            for i, proxy in enumerate(actors):
+                done.add(proxy.sleep.future((4 - i) * 0.15), ("slow", i))
+            for i in (0, 1):  # two quick calls queued behind the slow ones of actors 0, 1
+                done.add(actors[i].echo.future(i), ("echo", i))
+            order = [done.next(timeout=10) for _ in range(6)]
+            tags = [tag for _, tag in order]
+            slow = [t for t in tags if t[0] == "slow"]
+            assert slow == [("slow", 3), ("slow", 2), ("slow", 1), ("slow", 0)], tags
+            for i in (0, 1):  # an actor's calls come back in the order they were added
+                assert tags.index(("slow", i)) < tags.index(("echo", i))
+            assert [f.result() for f, tag in order if tag == ("echo", 1)] == [1]
+            with pytest.raises(TimeoutError):
+                done.next(timeout=0.05)
+            done.close()
+        victim = RemoteCounter(_client=client)
+        done = completions(client)
+        for k in range(3):
+            done.add(victim.sleep.future(30), k)
+        os.kill(handle_of(victim).pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        started = time.monotonic()
+        lost = [done.next(timeout=10) for _ in range(3)]
+        assert sorted(tag for _, tag in lost) == [0, 1, 2]
+        assert all(isinstance(f.exception(timeout=0), ActorLost) for f, _ in lost)
+        assert time.monotonic() - started < 5
+        done.close()
+        release(victim)
+    finally:
+        for proxy in actors:
+            release(proxy)
+
+
+def test_completions_keep_up_with_many_actors(client: ZmqClient) -> None:
+    """64 actors, 20 rounds of one call each re-added as soon as it comes back: every call
+    is handed back exactly once."""
+    actors = [RemoteCounter(_client=client) for _ in range(64)]
+    try:
+        done = completions(client)
+        for i, proxy in enumerate(actors):
+            done.add(proxy.add.future(1), i)
+        seen = [0] * len(actors)
+        for _ in range(20 * len(actors)):
+            future, i = done.next(timeout=30)
+            seen[i] += 1
+            assert future.result() == seen[i]  # add() returns the running count
+            if seen[i] < 20:
+                done.add(actors[i].add.future(1), i)
+        assert seen == [20] * len(actors)
+        with pytest.raises(TimeoutError):
+            done.next(timeout=0.05)
+        done.close()
+    finally:
+        for proxy in actors:
+            release(proxy)
+
+
 def test_actor_options_reach_the_process(client: ZmqClient) -> None:
     two = RemoteCounter.options(cpus=2, memory_mb=4096)(_client=client)
     one = RemoteCounter(_client=client)
@@ -434,6 +508,8 @@ def test_actor_options_reach_the_process(client: ZmqClient) -> None:
         assert env2["rlimit_as"] == 4096 * 2**20
         assert env1["random"] != env2["random"]  # forks are reseeded
         assert env1["pid"] != env2["pid"] and env1["ppid"] == env2["ppid"]  # one zygote
+        # a local farm's actors yield the CPU to the learner that shares the machine
+        assert env1["nice"] == os.getpriority(os.PRIO_PROCESS, 0) + LOCAL_ACTOR_NICE
     finally:
         release(two)
         release(one)
@@ -626,6 +702,38 @@ def test_launcher_contract() -> None:
     for pid in pids:
         assert wait_for(lambda pid=pid: gone(pid), 5, f"actor {pid} to exit")
     assert procs[1].exitcode == -9
+
+
+def test_launcher_works_with_descriptors_above_1024() -> None:
+    """A learner with hundreds of actors holds more than 1024 descriptors: waiting on them
+    must not use select() (whose limit that is); this crashed closing a 256-actor farm."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the descriptor limit ({hard}) is too low to open 1100 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    fillers: list[int] = []
+    launcher = None
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        fillers.append(null)
+        while len(fillers) < 1100:
+            fillers.append(os.dup(null))
+        launcher = ActorLauncher(host="127.0.0.1")
+        proc = launcher.start("high-fd", cpus=0.1)
+        assert proc.wait_ready(30).startswith("tcp://127.0.0.1:")
+        assert proc.sentinel > 1024
+        assert proc.is_alive()
+        proc.kill()
+        wait_for(lambda: proc.exitcode is not None, 5, "an exit code")
+        assert proc.exitcode == -9
+    finally:
+        if launcher is not None:
+            launcher.close()
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_launcher_survives_many_deaths_it_does_not_read_about() -> None:
