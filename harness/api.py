@@ -244,7 +244,8 @@ class Agent(abc.ABC):
     independent_transitions: bool = False
     """True when ``observe`` takes each row of a transition on its own (one-step replay, no
     per-env sequences): it then accepts batches of any number of rows from any envs, and an
-    actor farm streams rollouts to it as they arrive instead of waiting for every actor."""
+    actor farm streams rollouts to it as they arrive instead of waiting for every actor,
+    each as one transition of ``steps x envs`` rows in time order."""
 
     def __init__(
         self,

@@ -17,10 +17,10 @@ actor order, so the agent sees exactly the layout a serial run with ``num_envs``
   reported.
 - Agents whose ``observe`` takes each row of a transition on its own
   (``agent.independent_transitions``: one-step replay, DQN) are not held to that layout:
-  their rollouts stream in arrival order, each observed as soon as it arrives with its
-  actor's own envs, and the actor is asked for the next one at once. No actor waits for the
-  slowest one (with hundreds of actors the slowest one of each round would otherwise set
-  everyone's pace). One iteration is still ``rollout_len x num_envs`` env steps.
+  their rollouts stream in arrival order, each observed as soon as it arrives as one batch
+  of ``rollout_len x its envs`` rows, and the actor is asked for the next one at once. No
+  actor waits for the slowest one (with hundreds of actors the slowest one of each round
+  would otherwise set everyone's pace). One iteration is still ``rollout_len x num_envs`` env steps.
 - Bounded inbox: at most ``actors * max(1, max_policy_lag)`` chunks are requested or held at
   any time (backpressure: a slow learner slows the actors, never grows memory).
 - An actor that dies (``ActorLost``) is replaced, given the current weights and asked again;
@@ -259,8 +259,34 @@ class FarmCollector:
             slot.inflight.popleft()
             self._top_up(slot, depth)  # it steps on while this chunk is observed
             self._received(slot, chunk)
-            self._observe(run, [chunk], slot.num_envs, finished)
-            got += self.steps * slot.num_envs
+            got += self._observe_rows(run, chunk, finished)
+
+    def _observe_rows(
+        self, run: Run, chunk: dict[str, Any], finished: list[tuple[float, int]]
+    ) -> int:
+        """Observe a chunk as one batch of ``steps x envs`` rows in time order (an agent with
+        independent transitions takes any number of rows); returns the row count."""
+        finished.extend((float(r), int(n)) for r, n in chunk["episodes"])
+        obs = chunk["obs"]
+        rows = int(obs.shape[0] * obs.shape[1])
+
+        def flat(a: np.ndarray) -> np.ndarray:
+            return a.reshape(rows, *a.shape[2:])
+
+        run.agent.observe(
+            Transition(
+                flat(obs),
+                flat(chunk["actions"]),
+                flat(chunk["rewards"]),
+                flat(chunk["next_obs"]),
+                flat(chunk["terminated"]),
+                flat(chunk["truncated"]),
+                {key: flat(value) for key, value in chunk["extras"].items()},
+            )
+        )
+        run.step += rows
+        self.received_steps += rows
+        return rows
 
     def _observe(
         self,
