@@ -133,8 +133,9 @@ def bare_reference(n: int, step_ms: float, seconds: float) -> float:
 
 
 class Probe:
-    """A plugin: marks the start of the window once every actor delivered, samples memory,
-    and counts the steps observed in the window."""
+    """A plugin: marks the farm up once every actor delivered a rollout, opens the window
+    ``warmup`` seconds later (actors reach their steady pace over ~10 s: first-touch page
+    faults of hundreds of fresh processes), samples memory, counts the steps in the window."""
 
     def __init__(self, warmup: float, window: float) -> None:
         self.warmup, self.window = warmup, window
@@ -145,6 +146,8 @@ class Probe:
         self.mem_start: tuple[float, float] | None = None
         self.mem_end: tuple[float, float] | None = None
         self.cpu_start = (0.0, 0.0)
+        self.slot_steps0: list[int] = []
+        self.slot_steps: list[int] = []
         self.cpu_end = (0.0, 0.0)
         self.machine_start = self.machine_end = (0, 1)
         self.farm_up: float | None = None
@@ -157,17 +160,24 @@ class Probe:
         now = time.monotonic()
         self.last = {k: v for k, v in metrics.items() if k.startswith("farm/")}
         if self.farm_up is None:
+            if not all(slot.received_steps for slot in run.collector.slots):
+                return  # (streamed, iterations end before every actor delivered)
             self.farm_up = now - self.started
             self.pids = [slot.proxy.pid() for slot in run.collector.slots]
             self.warm_until = now + self.warmup
             return
         if self.t0 is None and now >= self.warm_until:
             self.t0, self.step0 = now, run.step
+            self.slot_steps0 = [slot.received_steps for slot in run.collector.slots]
             self.mem_start = memory(self.pids)
             self.cpu_start = cpu_seconds(self.pids)
             self.machine_start = machine_cpu()
         elif self.t0 is not None and self.t_end is None and now >= self.t0 + self.window:
             self.t_end, self.step_end = now, run.step
+            self.slot_steps = [
+                s.received_steps - s0
+                for s, s0 in zip(run.collector.slots, self.slot_steps0, strict=True)
+            ]
             self.mem_end = memory(self.pids)
             self.cpu_end = cpu_seconds(self.pids)
             self.machine_end = machine_cpu()
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--actors", type=int, default=256)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=60.0, help="measuring window")
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds after the farm is up")
+    p.add_argument("--warmup", type=float, default=15.0, help="seconds after the farm is up")
     p.add_argument("--rollout", type=int, default=16, help="vector steps per actor rollout")
     p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
     p.add_argument(
@@ -304,6 +314,9 @@ def main(argv: list[str] | None = None) -> None:
         f"learner {learner_cores:.2f} cores, actors {actor_cores:.2f} cores; machine idle "
         f"{idle:.0%}"
     )
+    per_actor = sorted(n / window for n in probe.slot_steps)
+    low, mid, high = per_actor[0], per_actor[len(per_actor) // 2], per_actor[-1]
+    print(f"steps/s per actor over the window: min {low:.1f}, median {mid:.1f}, max {high:.1f}")
     print("farm metrics at the end:", json.dumps(probe.last))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -70,6 +70,7 @@ class RolloutActor:
         self.stepper = EnvStepper(self.envs, seed)
         self.index = index
         self.version = -1
+        self._ended = 0.0  # when the last rollout ended (perf_counter)
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
         self.agent.set_weights(weights)
@@ -81,17 +82,21 @@ class RolloutActor:
     ) -> dict[str, Any]:
         """``steps`` vector steps, after loading ``weights`` (``(version, weights,
         env_steps)``) when given; arrays are stacked time-major: ``(steps, num_envs, ...)``."""
+        start = time.perf_counter()
+        # between rollouts: the reply, the next request and any wait for the learner
+        between = start - self._ended if self._ended else 0.0
         if weights is not None:
             self.set_weights(*weights)
-        start = time.perf_counter()
         finished: list[tuple[float, int]] = []
         chunk = self.stepper.rollout(self.agent, steps, finished)
         self.agent.env_steps += steps * self.stepper.n
+        self._ended = time.perf_counter()
         chunk.update(
             index=self.index,
             version=self.version,
             episodes=finished,
-            seconds=time.perf_counter() - start,
+            seconds=self._ended - start,
+            between=between,
         )
         return chunk
 
@@ -135,6 +140,7 @@ class _Slot:
     """The newest weights version sent to this actor (-1: none yet)."""
     restarts: int = 0
     steps_per_s: float = 0.0
+    received_steps: int = 0
 
 
 class FarmCollector:
@@ -167,6 +173,9 @@ class FarmCollector:
         self.received_steps = 0
         self.lost_rollouts = 0
         self.lags: list[int] = []
+        self._stepped = 0  # env steps in the rollouts received since the last metrics
+        self._stepping = 0.0  # actor seconds spent in those rollouts
+        self._between = 0.0  # ... and between rollouts (reply, request, waiting for us)
         self.stream = not run.agent.on_policy and run.agent.independent_transitions
         self._arrivals = completions(self.client)  # stream mode: rollouts as they finish
         try:
@@ -238,6 +247,10 @@ class FarmCollector:
     def _received(self, slot: _Slot, chunk: dict[str, Any]) -> None:
         self.lags.append(self.version - int(chunk["version"]))
         slot.steps_per_s = self.steps * slot.num_envs / max(chunk["seconds"], 1e-9)
+        self._stepped += self.steps * slot.num_envs
+        slot.received_steps += self.steps * slot.num_envs
+        self._stepping += float(chunk["seconds"])
+        self._between += float(chunk.get("between", 0.0))
 
     def _stream(self, run: Run, finished: list[tuple[float, int]]) -> None:
         """Observe rollouts in arrival order until one iteration's worth of env steps."""
@@ -344,9 +357,13 @@ class FarmCollector:
             "farm/received_steps": float(self.received_steps),
             "farm/inbox": float(sum(len(s.inflight) for s in self.slots)),
             "farm/actor_sps_min": float(min(rates)),
-            "farm/actor_sps_mean": float(np.mean(rates)),
+            # steps over seconds (a mean of per-chunk rates would favour the quick chunks)
+            "farm/actor_sps_mean": self._stepped / max(self._stepping, 1e-9),
+            "farm/actor_idle": self._between / max(self._stepping + self._between, 1e-9),
         }
         self.lags.clear()
+        self._stepping = self._between = 0.0
+        self._stepped = 0
         report = getattr(self.client, "report_metrics", None)
         if report is not None:
             report(
