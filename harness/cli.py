@@ -36,8 +36,14 @@ log = logging.getLogger("harness")
 EXIT_USAGE = 2
 
 
+CORE_COMMANDS = ("run", "eval", "plugins", "cluster")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, sub, common = _parser()
+    if _wants_plugin_commands(argv):
+        _add_plugin_commands(sub, common, argv)
     args, extra = parser.parse_known_args(argv)
     if args.command == "cluster":  # the transport parses its own arguments
         args.rest = [*extra, *args.rest]
@@ -138,7 +144,46 @@ def _common(top: bool) -> argparse.ArgumentParser:
     return common
 
 
-def _parser() -> argparse.ArgumentParser:
+def _wants_plugin_commands(argv: Sequence[str]) -> bool:
+    """Whether argv names no core command (a plugin's, or none: ``--help`` lists them all);
+    only then are plugins loaded before parsing."""
+    command = next(
+        (
+            a
+            for i, a in enumerate(argv)
+            if not a.startswith("-") and (i == 0 or argv[i - 1] != "-p")
+        ),
+        None,
+    )
+    if command in CORE_COMMANDS:
+        return False
+    return command is not None or any(a in ("-h", "--help") for a in argv)
+
+
+def _add_plugin_commands(sub: Any, common: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Subcommands registered by plugins (``harness_register_commands``), with the -p flags
+    given so far."""
+    flags = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-p"]
+    try:
+        _, registry = _load_plugins(*_plugin_flags(flags))
+    except HarnessError as exc:
+        log.debug("plugin commands unavailable: %s", exc)
+        return
+    for name, spec in registry.commands.items():
+        if name in CORE_COMMANDS:
+            continue
+        cmd = sub.add_parser(
+            name,
+            parents=[common],
+            help=f"{spec.help} (plugin {spec.plugin})",
+            description=spec.description or spec.help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        spec.add_arguments(cmd)
+        cmd.set_defaults(func=spec.run)
+
+
+def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     common = _common(top=False)
     parser = argparse.ArgumentParser(
         prog="harness",
@@ -210,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("--transport", default="zmq", help="transport plugin (default: zmq)")
     cl.add_argument("rest", nargs=argparse.REMAINDER)
     cl.set_defaults(func=cmd_cluster)
-    return parser
+    return parser, sub, common
 
 
 def _plugin_flags(values: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from harness.registry import (
         AlgorithmSpec,
         BackendSpec,
+        CommandSpec,
         CompetitionSpec,
         EnvSpec,
         TrackerSpec,
@@ -77,6 +78,13 @@ def harness_register_trackers() -> Iterable[TrackerSpec]:
 @hookspec
 def harness_register_competitions() -> Iterable[CompetitionSpec]:
     """Return competition packs, e.g. ``[CompetitionSpec("cartpole", Path(".../pack.toml"))]``."""
+    raise NotImplementedError
+
+
+@hookspec
+def harness_register_commands() -> Iterable[CommandSpec]:
+    """Return CLI subcommands, e.g. ``[CommandSpec("tune", add_arguments, run, help=...)]``:
+    ``harness tune ...`` then runs ``run(args)``."""
     raise NotImplementedError
 
 

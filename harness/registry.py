@@ -97,6 +97,20 @@ class CompetitionSpec:
     plugin: str = ""
 
 
+@dataclass(frozen=True)
+class CommandSpec:
+    """A ``harness NAME ...`` subcommand: ``add_arguments(parser)`` declares its options on an
+    argparse parser (which already has the common ``-p``/``--debug``/``-v`` flags), ``run(args)
+    -> exit code`` runs it. Raise :class:`harness.errors.HarnessError` for a clear error."""
+
+    name: str
+    add_arguments: Callable[[Any], None]
+    run: Callable[[Any], int]
+    help: str = ""
+    description: str = ""
+    plugin: str = ""
+
+
 R = TypeVar("R")
 
 
@@ -147,6 +161,7 @@ KINDS: Mapping[str, type[Any]] = {
     "transports": TransportSpec,
     "trackers": TrackerSpec,
     "competitions": CompetitionSpec,
+    "commands": CommandSpec,
 }
 
 
@@ -160,6 +175,7 @@ class Registry:
     transports: Table[TransportSpec] = field(default_factory=lambda: Table("transport"))
     trackers: Table[TrackerSpec] = field(default_factory=lambda: Table("tracker"))
     competitions: Table[CompetitionSpec] = field(default_factory=lambda: Table("competition"))
+    commands: Table[CommandSpec] = field(default_factory=lambda: Table("command"))
 
     def env_for(self, env_id: str) -> EnvSpec:
         """The first env family that accepts ``env_id``; a clear error when none does."""

@@ -130,10 +130,10 @@ _dumps_plain = wire.dumps_plain
 _pdumps = pickle.dumps
 POLL_MS = 200
 """How often a caller blocked on a reply checks whether its actor died."""
-LOCAL_ACTOR_NICE = 10
-"""Niceness added to the actors of an embedded local farm: they share the machine with the
-learner, which must not queue for a CPU behind hundreds of them (with 256 actors on 2 cores a
-learner at the same priority gets too small a share and every actor waits for it)."""
+LOCAL_ACTOR_NICE = 0
+"""Default niceness added to the actors of an embedded local farm (``connect(actor_nice=)``).
+0: a niced actor answers a blocking call ~10% slower (measured by tools/bench_remote.py), and
+on the 256-actor farm benchmark nice 0, 10 and 19 were within noise of each other."""
 SCAN_S = 0.02
 """``_Completions`` looks at all its futures at least this often (those done without an edge)."""
 SWEEP_S = 0.1
@@ -154,6 +154,7 @@ def connect(
     place_timeout_s: float = 300.0,
     name: str | None = None,
     preload: Sequence[str] = (),
+    actor_nice: int = LOCAL_ACTOR_NICE,
 ) -> ZmqClient:
     """A client of an embedded local farm (``address=None``) or of the cluster whose master
     listens at ``address`` (``tcp://HOST:PORT``).
@@ -165,7 +166,9 @@ def connect(
     master's welcome. ``start_timeout_s``: how long an actor may take to start and construct
     its object. ``place_timeout_s``: how long the master may take to place an actor.
     ``preload``: modules the local farm's zygote imports before forking actors, so they share
-    them (e.g. ``torch``; a cluster's workers read ``HARNESS_ACTOR_PRELOAD`` instead)."""
+    them (e.g. ``torch``; a cluster's workers read ``HARNESS_ACTOR_PRELOAD`` instead).
+    ``actor_nice``: niceness added to the local farm's actors (a lower CPU priority than the
+    caller's, for a learner sharing an oversubscribed machine with its actors)."""
     return ZmqClient(
         address,
         keys=keys,
@@ -176,6 +179,7 @@ def connect(
         place_timeout_s=place_timeout_s,
         name=name,
         preload=preload,
+        actor_nice=actor_nice,
     )
 
 
@@ -208,6 +212,7 @@ class ZmqClient:
         place_timeout_s: float = 300.0,
         name: str | None = None,
         preload: Sequence[str] = (),
+        actor_nice: int = LOCAL_ACTOR_NICE,
     ) -> None:
         self._closed = True  # until constructed (close() and __del__ may run on a failure)
         if keys is not None and not isinstance(keys, Keys):
@@ -232,7 +237,7 @@ class ZmqClient:
         self._closed = False
         try:
             if address is None:
-                self._farm = _LocalFarm(self, cpus, keys, preload)
+                self._farm = _LocalFarm(self, cpus, keys, preload, actor_nice)
             else:
                 self._master = _MasterLink(
                     self, address, heartbeat_s, connect_timeout_s, name or _default_name()
@@ -1178,10 +1183,15 @@ class _LocalFarm:
     """Actors on this machine: an ActorLauncher plus a thread watching their sentinels."""
 
     def __init__(
-        self, client: ZmqClient, cpus: float | None, keys: Keys | None, preload: Sequence[str]
+        self,
+        client: ZmqClient,
+        cpus: float | None,
+        keys: Keys | None,
+        preload: Sequence[str],
+        actor_nice: int = LOCAL_ACTOR_NICE,
     ) -> None:
         self.client = client
-        self.launcher = ActorLauncher("127.0.0.1", keys, preload, nice=LOCAL_ACTOR_NICE)
+        self.launcher = ActorLauncher("127.0.0.1", keys, preload, nice=actor_nice)
         self.cpus_total = float(cpus if cpus else (os.cpu_count() or 1))
         self.cpus_used = 0.0
         self.gpus_free: list[int] | None = None

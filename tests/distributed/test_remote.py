@@ -497,6 +497,12 @@ def test_completions_keep_up_with_many_actors(client: ZmqClient) -> None:
             release(proxy)
 
 
+def test_a_local_farm_can_lower_its_actors_priority() -> None:
+    with connect(cpus=4, actor_nice=7) as niced:
+        proxy = RemoteCounter(_client=niced)
+        assert proxy.environment()["nice"] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+
+
 def test_actor_options_reach_the_process(client: ZmqClient) -> None:
     two = RemoteCounter.options(cpus=2, memory_mb=4096)(_client=client)
     one = RemoteCounter(_client=client)
@@ -508,7 +514,6 @@ def test_actor_options_reach_the_process(client: ZmqClient) -> None:
         assert env2["rlimit_as"] == 4096 * 2**20
         assert env1["random"] != env2["random"]  # forks are reseeded
         assert env1["pid"] != env2["pid"] and env1["ppid"] == env2["ppid"]  # one zygote
-        # a local farm's actors yield the CPU to the learner that shares the machine
         assert env1["nice"] == os.getpriority(os.PRIO_PROCESS, 0) + LOCAL_ACTOR_NICE
     finally:
         release(two)

@@ -121,6 +121,18 @@ def test_harness_plugins_lists_the_example(site_dir: Path) -> None:
     assert "broken" not in proc.stdout + proc.stderr
 
 
+def test_a_plugin_adds_a_cli_command(site_dir: Path) -> None:
+    proc = harness_cli(site_dir, "example-chain", "--length", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "length 5: the best return is 1.0 in 4 steps" in proc.stdout
+    listing = harness_cli(site_dir, "--help")
+    assert "example-chain" in listing.stdout and "plugin example" in listing.stdout
+    bad = harness_cli(site_dir, "example-chain", "--length", "1")  # its own clear error
+    assert bad.returncode != 0 and "--length must be >= 2, got 1" in bad.stderr
+    blocked = harness_cli(site_dir, "-p", "no:example", "example-chain")
+    assert blocked.returncode != 0 and "invalid choice: 'example-chain'" in blocked.stderr
+
+
 def test_harness_run_trains_example_reinforce(
     site_dir: Path, installed: Path, tmp_path: Path
 ) -> None:

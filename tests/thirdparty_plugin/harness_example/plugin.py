@@ -12,7 +12,7 @@ from typing import Any
 
 from harness import hookimpl
 from harness.errors import ConfigError
-from harness.registry import AlgorithmSpec, EnvSpec
+from harness.registry import AlgorithmSpec, CommandSpec, EnvSpec
 from harness_example import reinforce
 
 ENV_IDS = ("ExampleChain-v0",)
@@ -83,5 +83,29 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=reinforce.ReinforceConfig,
             action_spaces=("discrete",),
             description="REINFORCE with a learned value baseline (example plugin)",
+        )
+    ]
+
+
+def _chain_arguments(parser: Any) -> None:
+    parser.add_argument("--length", type=int, default=8, help="chain length (default 8)")
+
+
+def _chain_run(args: Any) -> int:
+    if args.length < 2:
+        raise ConfigError(f"--length must be >= 2, got {args.length}")
+    steps = args.length - 1
+    print(f"ExampleChain-v0 of length {args.length}: the best return is 1.0 in {steps} steps")
+    return 0
+
+
+@hookimpl
+def harness_register_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            "example-chain",
+            add_arguments=_chain_arguments,
+            run=_chain_run,
+            help="describe the example chain env",
         )
     ]

@@ -1,0 +1,1 @@
+"""harness_optuna: see plugin.py."""

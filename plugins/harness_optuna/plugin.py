@@ -1,0 +1,3 @@
+"""The optuna plugin (being written)."""
+
+from __future__ import annotations

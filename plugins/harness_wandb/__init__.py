@@ -1,0 +1,1 @@
+"""harness_wandb: see plugin.py."""

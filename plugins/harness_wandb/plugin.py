@@ -1,0 +1,3 @@
+"""The wandb plugin (being written)."""
+
+from __future__ import annotations
