@@ -895,7 +895,7 @@ class _Actor:
             try:
                 # the fast path: a well-formed call from our client
                 obj = self.obj
-                if obj is not None and len(frames) >= 2 and ident.bytes == self.client:
+                if obj is not None and frames and ident.bytes == self.client:
                     try:
                         head = unpackb(frames[0])
                     except Exception:
@@ -908,7 +908,9 @@ class _Actor:
                         and type(head.get("id")) is int
                     ):
                         try:
-                            if len(frames) == 2:
+                            if len(frames) == 1:  # the payload is inline (or missing)
+                                args, kwargs = loads(head["p"])
+                            elif len(frames) == 2:
                                 args, kwargs = loads(frames[1])
                             else:
                                 args, kwargs = loads(frames[1], buffers=frames[2:])
@@ -971,6 +973,8 @@ class _Actor:
         send(sock, ident, _SNDMORE)
         if not body:
             send(sock, head)
+        elif len(body) == 1 and len(body[0]) <= self.wire.INLINE_MAX:  # one frame (wire.py)
+            send(sock, b"\x84" + head[1:] + self.wire.P_KEY + msgpack.packb(body[0]))
         elif len(body) == 1:
             send(sock, head, _SNDMORE)
             send(sock, body[0])

@@ -89,6 +89,8 @@ _dumps = wire.dumps
 _SNDMORE = int(zmq.SNDMORE)
 _send = zmq.backend.Socket.send  # without pyzmq's Python wrapper
 _RCVMORE = int(zmq.RCVMORE)
+_INLINE_MAX = wire.INLINE_MAX
+_P_KEY = wire.P_KEY
 _NOBLOCK = int(zmq.NOBLOCK)
 _POLLIN = int(zmq.POLLIN)
 _PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
@@ -96,12 +98,21 @@ _CALL_HEADS: dict[str, bytes] = {}
 
 
 def _call_head(method: str) -> bytes:
-    """The CALL header of ``method`` up to its id: a msgpack map {"v", "k", "m", "id": ...}
-    whose last value (the id) is appended per call."""
-    head = b"\x84" + b"".join(_packb(x) for x in ("v", PROTOCOL, "k", "call", "m", method, "id"))
+    """The CALL header of ``method`` up to its id: a msgpack map {"v", "k", "m", "id": ...,
+    "p": ...} whose last two values (the id, the inline payload) are appended per call."""
+    head = b"\x85" + b"".join(_packb(x) for x in ("v", PROTOCOL, "k", "call", "m", method, "id"))
     if len(_CALL_HEADS) < 10_000:
         _CALL_HEADS[method] = head
     return head
+
+
+def _call_frames(method: str, rid: int, body: list[Any]) -> list[Any]:
+    """The frames of a CALL: one when the payload fits inline (wire.INLINE_MAX), else the
+    header (without "p") and the payload frames."""
+    head = _CALL_HEADS.get(method) or _call_head(method)
+    if len(body) == 1 and len(body[0]) <= _INLINE_MAX:
+        return [head + _packb(rid) + _P_KEY + _packb(body[0])]
+    return [b"\x84" + head[1:] + _packb(rid), *body]
 
 
 def _encode_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -425,18 +436,16 @@ class ZmqActor:
         # the hot path, inlined: the common reply (a RESULT with our id) is decoded here,
         # anything else goes through _outcome
         rid = next(self._ids)
-        head = _CALL_HEADS.get(method) or _call_head(method)
-        body = _encode_args(args, kwargs)
+        frames = _call_frames(method, rid, _encode_args(args, kwargs))
         sock = self._sock
         others: list[tuple[dict[str, Any], list[Any]]] = []
         with self._lock:
             if self._dead is not None:
                 raise self._lost_error()
-            if len(body) == 1:
-                _send(sock, head + _packb(rid), _SNDMORE)
-                _send(sock, body[0])
+            if len(frames) == 1:
+                _send(sock, frames[0])
             else:
-                send_frames(sock, [head + _packb(rid), *body], zero_copy=True)
+                send_frames(sock, frames, zero_copy=True)
             while True:
                 try:
                     first = frame = sock.recv(copy=False)
@@ -481,7 +490,8 @@ class ZmqActor:
             n = len(reply)
             try:
                 if n == 1:
-                    return None
+                    inline = msg.get("p")
+                    return None if inline is None else _loads(inline)
                 if n == 2:
                     return _loads(reply[1])
                 return _loads(reply[1], buffers=reply[2:])
@@ -496,8 +506,7 @@ class ZmqActor:
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         rid = next(self._ids)
-        frames = [(_CALL_HEADS.get(method) or _call_head(method)) + _packb(rid)]
-        frames += _encode_args(args, kwargs)
+        frames = _call_frames(method, rid, _encode_args(args, kwargs))
         future = _CallFuture(self)
         pending = self._pending
         pending[rid] = future
@@ -506,9 +515,8 @@ class ZmqActor:
                 pending.pop(rid, None)
                 future.set_exception(self._lost_error())
                 return future
-            if len(frames) == 2:
-                _send(self._sock, frames[0], _SNDMORE)
-                _send(self._sock, frames[1])
+            if len(frames) == 1:
+                _send(self._sock, frames[0])
             else:
                 send_frames(self._sock, frames)  # copies big buffers: the caller may reuse them
             # replies are read here only every DRAIN_EVERY sends (a read that finds nothing
@@ -718,7 +726,8 @@ class ZmqActor:
                 n = len(frames)
                 try:
                     if n == 1:
-                        value = None
+                        inline = head.get("p")
+                        value = None if inline is None else _loads(inline)
                     elif n == 2:
                         value = _loads(frames[1])
                     else:
@@ -749,10 +758,11 @@ class ZmqActor:
         if kind == "result":
             if init:
                 return True, head
-            if len(frames) == 1:
+            body = wire.payload(head, frames)
+            if not body:
                 return True, None
             try:
-                return True, wire.loads(frames[1:])
+                return True, wire.loads(body)
             except wire.MalformedFrame as exc:
                 cause = exc.__cause__ or exc
                 return False, RemoteError(

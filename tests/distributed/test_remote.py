@@ -433,6 +433,18 @@ def test_close_releases_everything_and_is_idempotent() -> None:
         RemoteCounter(_client=c)
 
 
+def test_payloads_inline_and_in_frames_round_trip(counter: Any) -> None:
+    """Payloads below, at and above the inline limit (one frame vs header + pickle frame) and
+    with out-of-band arrays, through blocking calls and futures, both directions."""
+    limit = wire.INLINE_MAX
+    for size in (0, 10, limit - 64, limit + 64, 200_000):
+        data = os.urandom(size)
+        assert counter.echo(data) == data
+        assert counter.echo.future(data).result(timeout=10) == data
+    big = np.arange(100_000, dtype=np.float32)
+    np.testing.assert_array_equal(counter.echo(big), big)
+
+
 def test_completions_hand_back_futures_in_finishing_order(client: ZmqClient) -> None:
     """The zmq Completions (epoll, read in this thread) and the generic one (callbacks) give
     the same answers: finishing order across actors, adding order within one actor, tags,

@@ -215,3 +215,22 @@ def test_unpickling_errors_keep_their_cause() -> None:
     with pytest.raises(MalformedFrame) as info:
         wire.loads([stream])
     assert info.value.__cause__ is not None
+
+
+def test_inline_payload_rides_in_the_header() -> None:
+    """A small payload travels as the header's bin field "p" (one frame); unpack and payload()
+    give the same payload frames either way, and a "p" that is not bytes is malformed."""
+    body = wire.dumps({"x": 1, "y": [1, 2, 3]})
+    assert len(body) == 1 and len(body[0]) <= wire.INLINE_MAX
+    one = msgpack.packb({"v": PROTOCOL, "k": "result", "id": 7, "p": bytes(body[0])})
+    msg = wire.unpack([one])
+    assert msg.kind is Kind.RESULT and "p" not in msg.header and msg.header["id"] == 7
+    assert wire.loads(msg.payload) == {"x": 1, "y": [1, 2, 3]}
+    head = wire.header(one)
+    assert wire.loads(wire.payload(head, [one])) == {"x": 1, "y": [1, 2, 3]}
+    two = wire.pack(Kind.RESULT, {"id": 7}, {"x": 1, "y": [1, 2, 3]})
+    assert len(two) == 2 and wire.payload(wire.header(two[0]), two) == two[1:]
+    assert wire.payload(wire.header(two[0]), two[:1]) == []
+    bad = msgpack.packb({"v": PROTOCOL, "k": "result", "id": 7, "p": "text"})
+    with pytest.raises(MalformedFrame, match="'p' is a str"):
+        wire.unpack([bad])
