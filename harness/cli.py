@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("harness: interrupted; resume with --resume RUN_DIR", file=sys.stderr)
+        hint = "; resume with --resume RUN_DIR" if args.command == "run" else ""
+        print(f"harness: interrupted{hint}", file=sys.stderr)
         return 130
 
 
@@ -256,6 +257,18 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     cl.add_argument("rest", nargs=argparse.REMAINDER)
     cl.set_defaults(func=cmd_cluster)
     return parser, sub, common
+
+
+def plugins_for(args: argparse.Namespace) -> tuple[HarnessPluginManager, Registry]:
+    """The plugin manager and registry for a command's parsed arguments (its ``-p`` flags,
+    broken plugins reported on stderr): what a plugin's command needs to resolve configs."""
+    return _load_plugins(*_plugin_flags(getattr(args, "plugins", [])))
+
+
+def pack_file(pack: str, registry: Registry) -> Path:
+    """The pack file of a CLI ``PACK`` argument: a pack directory, a .toml/.yaml file or a
+    registered competition name (a clear error otherwise)."""
+    return _pack_file(pack, registry)
 
 
 def _plugin_flags(values: Sequence[str]) -> tuple[list[str], list[str]]:

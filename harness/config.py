@@ -3,7 +3,8 @@
 Layering, lowest first: dataclass defaults < ``HARNESS_BACKEND`` < pack file < user file
 (``--config``) < ``--set section.key=value``. A pack file has sections: ``[run]`` (this module's
 :class:`RunConfig`), ``[algo]`` (the selected algorithm's config dataclass), ``[env]`` and
-``[backend]`` (the selected plugins' option dataclasses). Unknown keys, wrong types and unknown
+``[backend]`` (the selected plugins' option dataclasses), and ``[tune]`` (kept raw for the
+``harness tune`` plugin, never passed to training). Unknown keys, wrong types and unknown
 plugins fail at start-up naming the file, the key and a suggestion.
 
 Each field's documentation is the string literal under it (CleanRL style); :func:`field_docs`
@@ -35,6 +36,9 @@ from harness.registry import Registry
 log = logging.getLogger(__name__)
 
 SECTIONS = ("run", "algo", "env", "backend")
+RAW_SECTIONS = ("tune",)
+"""Sections the core reads but keeps raw for a plugin (``[tune]``: the search space of
+``harness tune``): never validated here and never passed to training."""
 PACK_FILE_NAMES = ("pack.toml", "pack.yaml", "pack.yml")
 
 
@@ -107,6 +111,9 @@ class Config:
     backend: Any = None
     sources: dict[str, str] = field(default_factory=dict)
     """Where each 'section.key' was last set (file path or '--set'), for error messages."""
+    tune: dict[str, Any] = field(default_factory=dict)
+    """The raw ``[tune]`` section (search space for ``harness tune``); not part of training
+    and not written into the run directory's config.toml."""
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -211,11 +218,12 @@ def read_config_file(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {path} must hold a table of sections, not {data!r}.")
+    known = (*SECTIONS, *RAW_SECTIONS)
     for key, value in data.items():
-        if key not in SECTIONS:
+        if key not in known:
             raise ConfigError(
-                f"{path}: unknown section [{key}].{did_you_mean(key, SECTIONS)} "
-                f"Sections are: {', '.join(SECTIONS)}."
+                f"{path}: unknown section [{key}].{did_you_mean(key, known)} "
+                f"Sections are: {', '.join(known)}."
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: [{key}] must be a table of key = value pairs.")
@@ -360,6 +368,9 @@ class RawConfig:
     sources: dict[str, str] = field(default_factory=dict)
     algo_of: dict[str, str | None] = field(default_factory=dict)
     """For each [algo] key, the algorithm its layer was written for (None: whichever is chosen)."""
+    raw_sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Sections kept raw for plugins (:data:`RAW_SECTIONS`); a later file replaces a top-level
+    key of an earlier one."""
 
     def merge(
         self, data: Mapping[str, Mapping[str, Any]], origin: str, *, for_algo: str | None = None
@@ -375,6 +386,9 @@ class RawConfig:
         """A file's [algo] keys belong to the algorithm that file selects (or inherits), so a
         later layer that switches algorithm does not inherit options meant for another one."""
         data = read_config_file(path)
+        for name in RAW_SECTIONS:
+            if name in data:
+                self.raw_sections.setdefault(name, {}).update(data.pop(name))
         for_algo = data.get("run", {}).get("algo", self.sections["run"].get("algo"))
         self.merge(data, str(path), for_algo=for_algo)
 
@@ -494,4 +508,5 @@ def resolve(raw: RawConfig, registry: Registry) -> Config:
         env=section("env", env_spec.config_cls, f"env family {env_spec.name!r}"),
         backend=section("backend", backend_spec.config_cls, f"backend {run.backend!r}"),
         sources=dict(sources),
+        tune=dict(raw.raw_sections.get("tune", {})),
     )

@@ -150,6 +150,14 @@ def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int)
             trackers[name] = spec.make(run_dir, config, start_step=start)
         except PluginError as exc:
             log.warning("tracker %r is unavailable and skipped: %s", name, exc)
+        except Exception as exc:  # a tracker never stops a run, not even when it cannot start
+            log.warning(
+                "tracker %r (plugin %s) failed to start and is skipped: %s: %s",
+                name,
+                spec.plugin or "?",
+                type(exc).__name__,
+                exc,
+            )
     return MetricsRouter(trackers)
 
 
