@@ -80,6 +80,11 @@ def objective_value(
     return values[-1]
 
 
+def wandb_group(job: TrialJob) -> str:
+    """The W&B group of a study's trials (``HARNESS_WANDB_GROUP``, read by the wandb tracker)."""
+    return f"tune-{job.study_name}"
+
+
 def run_trial(job: TrialJob) -> TrialOutcome:
     """Train ``job.config`` in this process, reporting to trial ``job.number``."""
     import optuna
@@ -90,6 +95,8 @@ def run_trial(job: TrialJob) -> TrialOutcome:
     from harness_optuna.storage import make_pruner, open_storage
 
     t0 = time.perf_counter()
+    # the W&B tracker groups the runs of one study (a group the user set is kept)
+    os.environ["HARNESS_WANDB_GROUP"] = os.environ.get("HARNESS_WANDB_GROUP") or wandb_group(job)
     run_cfg = job.config["run"]
     pruner = make_pruner(
         job.pruner, job.pruner_options, int(run_cfg["eval_every"]), int(run_cfg["total_steps"])

@@ -68,8 +68,9 @@ LR_SPACE = """
 
 
 def test_six_trials_prune_the_bad_one_and_best_toml_reproduces(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("HARNESS_WANDB_GROUP", raising=False)  # restored after the test
     config = tune_file(
         tmp_path,
         """
@@ -89,6 +90,7 @@ n_warmup_steps = 0
     )
     assert cli.main(tune_args(tmp_path, config, "--seed", "3")) == 0
     out = capsys.readouterr().out
+    assert os.environ["HARNESS_WANDB_GROUP"] == "tune-cartpole"  # W&B groups the trials
     study = load(tmp_path)
     trials = study.get_trials()
     assert sum(t.state in FINISHED for t in trials) == 6 == len(trials)
