@@ -277,3 +277,21 @@ def test_tune_section_is_kept_raw_and_out_of_training(tmp_path: Path) -> None:
     bad.write_text("[tunes]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"Did you mean 'tune'.*Sections are: .*tune"):
         layer(bad, [], [], environ={})
+
+
+@pytest.mark.parametrize("pruner", ["halving", "hyperband"])
+def test_journal_storage_and_the_other_pruners(tmp_path: Path, pruner: str) -> None:
+    """A plain path as --storage is an Optuna journal file; halving and hyperband pruners run
+    a study to its trial count through it."""
+    config = tune_file(tmp_path, "[tune]\ntrials = 3\n" + LR_SPACE)
+    journal = tmp_path / "journal.log"
+    args = tune_args(tmp_path, config, "--storage", str(journal), "--pruner", pruner, "--seed", "1")
+    assert cli.main(args) == 0
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    study = optuna.load_study(
+        study_name="cartpole", storage=JournalStorage(JournalFileBackend(str(journal)))
+    )
+    assert sum(t.state in FINISHED for t in study.get_trials()) == 3
+    assert journal.stat().st_size > 0
+    assert not (tmp_path / "studies" / "cartpole" / "study.db").exists()  # no SQLite made
