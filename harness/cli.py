@@ -210,21 +210,8 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     run.add_argument("--steps", type=int, help="total env steps (run.total_steps)")
     run.add_argument("--seed", type=int, help="seed (run.seed)")
     run.add_argument("--out", help="parent directory for run directories (run.out)")
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)",
-    )
-    run.add_argument(
-        "--config",
-        dest="configs",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a user config file layered over the pack (repeatable)",
+    add_config_options(
+        run, "override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)"
     )
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
@@ -257,6 +244,27 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     cl.add_argument("rest", nargs=argparse.REMAINDER)
     cl.set_defaults(func=cmd_cluster)
     return parser, sub, common
+
+
+def add_config_options(parser: argparse.ArgumentParser, set_help: str) -> None:
+    """``--set KEY=VALUE`` (into ``args.overrides``) and ``--config FILE`` (into
+    ``args.configs``), both repeatable: how every command layers config over a pack."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=set_help,
+    )
+    parser.add_argument(
+        "--config",
+        dest="configs",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a user config file layered over the pack (repeatable)",
+    )
 
 
 def plugins_for(args: argparse.Namespace) -> tuple[HarnessPluginManager, Registry]:

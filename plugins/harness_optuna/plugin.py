@@ -43,6 +43,8 @@ The search space (docs/tuning.md):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from harness.cli import add_config_options
+
     parser.add_argument("pack", help="pack directory, pack file or competition name")
     parser.add_argument(
         "--trials", type=int, help="finished (COMPLETE or PRUNED) trials to reach ([tune] trials)"
@@ -70,21 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", default="studies", help="parent of the study directory (default: studies)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key for every trial, e.g. --set run.total_steps=20000",
-    )
-    parser.add_argument(
-        "--config",
-        dest="configs",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a user config file layered over the pack (repeatable)",
+    add_config_options(
+        parser, "override a config key for every trial, e.g. --set run.total_steps=20000"
     )
     parser.add_argument(
         "--cluster",

@@ -124,47 +124,29 @@ class Killer:
 
 
 @pytest.mark.slow
-def test_killed_actors_are_replaced_and_nothing_is_lost(tmp_path: Path) -> None:
-    """kill -9 of an actor every 4 s during a 2-minute run (Delay env: 5 ms per step)."""
-    killer = Killer(every=4.0)
+@pytest.mark.parametrize(
+    ("algo", "actors", "seconds", "every", "min_kills", "stream"),
+    [
+        ("ppo", 3, 120, 4.0, 15, False),  # in rounds: kill -9 every 4 s for 2 minutes
+        ("random", 4, 40, 3.0, 8, True),  # streamed in arrival order: every 3 s for 40 s
+    ],
+    ids=["rounds", "streamed"],
+)
+def test_killed_actors_are_replaced_and_nothing_is_lost(
+    tmp_path: Path, algo: str, actors: int, seconds: int, every: float, min_kills: int, stream: bool
+) -> None:
+    """kill -9 of an actor every few seconds (Delay env: 5 ms per step); the run completes."""
+    killer = Killer(every=every)
     result, rec = run_farm(
         tmp_path,
         [
+            f"algo='{algo}'",
             "env='harness/Delay-v0'",
             "env.kwargs={step_seconds=0.005}",
-            "actors=3",
-            "num_envs=6",
+            f"actors={actors}",
+            f"num_envs={2 * actors}",
             "total_steps=10_000_000",
-            "max_seconds=120",
-            "eval_every=0",
-            "eval_episodes=2",
-            "checkpoint_every=0",
-        ],
-        plugins=(killer,),
-    )
-    farm = [m for m in rec.metrics if "farm/actor_restarts" in m]
-    assert result.stopped_early, "the run should end by run.max_seconds"
-    assert killer.kills >= 15, f"only {killer.kills} kills: the run was too short to test"
-    assert result.steps >= 10_000, f"only {result.steps} steps in 2 minutes"
-    assert farm[-1]["farm/actor_restarts"] >= killer.kills - 1  # the last kill may be unseen
-    # every transition received was observed exactly once: no loss, no duplicates
-    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
-
-
-@pytest.mark.slow
-def test_killed_streaming_actors_are_replaced_and_nothing_is_lost(tmp_path: Path) -> None:
-    """The same with rollouts streamed in arrival order (random policy, 4 actors, 40 s)."""
-    killer = Killer(every=3.0)
-    result, rec = run_farm(
-        tmp_path,
-        [
-            "algo='random'",
-            "env='harness/Delay-v0'",
-            "env.kwargs={step_seconds=0.005}",
-            "actors=4",
-            "num_envs=8",
-            "total_steps=10_000_000",
-            "max_seconds=40",
+            f"max_seconds={seconds}",
             "max_policy_lag=2",
             "eval_every=0",
             "eval_episodes=2",
@@ -172,13 +154,15 @@ def test_killed_streaming_actors_are_replaced_and_nothing_is_lost(tmp_path: Path
         ],
         plugins=(killer,),
     )
-    assert rec.stream, "the random policy should be collected in arrival order"
+    assert rec.stream is stream
     farm = [m for m in rec.metrics if "farm/actor_restarts" in m]
-    assert killer.kills >= 8, f"only {killer.kills} kills: the run was too short to test"
-    assert farm[-1]["farm/actor_restarts"] >= killer.kills - 1
+    assert result.stopped_early, "the run should end by run.max_seconds"
+    assert killer.kills >= min_kills, f"only {killer.kills} kills: the run was too short to test"
+    assert result.steps >= 10_000, f"only {result.steps} steps in {seconds} s"
+    assert farm[-1]["farm/actor_restarts"] >= killer.kills - 1  # the last kill may be unseen
     assert farm[-1]["farm/lost_rollouts"] >= 1  # killed mid-rollout: requested, never sent
+    # every transition received was observed exactly once: no loss, no duplicates
     assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
-    assert result.steps >= 10_000, f"only {result.steps} steps in 40 s"
 
 
 def test_more_actors_than_envs_is_a_config_error(tmp_path: Path) -> None:
