@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import zmq
 from harness_zmq import wire
 from harness_zmq.actor import ActorLauncher
 from harness_zmq.client import LOCAL_ACTOR_NICE, ZmqActor, ZmqClient, connect, shipped_sources
+from test_cluster import wait_for  # same directory: pytest puts it on sys.path
 
 import harness
 from harness.errors import HarnessError
@@ -52,17 +53,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 # ------------------------------------------------------------------------------------------
 # helpers and remote classes
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
