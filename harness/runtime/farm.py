@@ -29,6 +29,7 @@ actor order, so the agent sees exactly the layout a serial run with ``num_envs``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -55,6 +56,19 @@ MAX_RESTARTS_PER_ACTOR = 1000
 """A run whose actor keeps dying more often than this stops with an error (a crash loop)."""
 
 
+def acting_config(config: Config) -> Config:
+    """The run's config as a farm actor uses it: actors act on the CPU, so the learner's
+    accelerator options (a backend config's ``device`` and ``amp``) are reset there."""
+    backend = config.backend
+    if not dataclasses.is_dataclass(backend) or isinstance(backend, type):
+        return config
+    names = {f.name for f in dataclasses.fields(backend)}
+    changes = {k: v for k, v in (("device", "cpu"), ("amp", "off")) if k in names}
+    if not changes:
+        return config
+    return dataclasses.replace(config, backend=dataclasses.replace(backend, **changes))
+
+
 class RolloutActor:
     """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent."""
 
@@ -64,6 +78,7 @@ class RolloutActor:
         from harness.runtime.spaces import env_info
 
         registry = collect_registry(make_plugin_manager())
+        config = acting_config(config)
         self.envs = make_envs(config, registry, num_envs, seed=None)
         self.agent: Agent = make_agent(config, registry, env_info(config.run.env, self.envs))
         self.agent.rng = np.random.default_rng([seed, index])

@@ -408,6 +408,7 @@ def _loop(run: Run, collector: Any) -> bool:
     next_eval = run.step + cfg.eval_every if cfg.eval_every > 0 else math.inf
     next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
     t_window, steps_window = time.perf_counter(), run.step
+    device_stats = getattr(agent.backend, "device_stats", dict)  # (optional for backends)
     deadline = time.monotonic() + cfg.max_seconds if cfg.max_seconds > 0 else math.inf
     while run.step < cfg.total_steps:
         if time.monotonic() >= deadline:
@@ -430,6 +431,7 @@ def _loop(run: Run, collector: Any) -> bool:
             now = time.perf_counter()
             metrics["perf/SPS"] = (run.step - steps_window) / max(now - t_window, 1e-9)
             metrics["charts/episodes"] = float(run.episodes)
+            metrics.update(device_stats())
             run.router.record(run.step, metrics)
             if window_returns:
                 run.history.append((run.step, metrics["charts/episodic_return"]))

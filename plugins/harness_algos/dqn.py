@@ -112,17 +112,18 @@ class DQN(Algorithm):
         obs, next_obs = bk.tensor(batch.obs), bk.tensor(batch.next_obs)
         actions = bk.tensor(batch.actions, "int64")
         rewards, dones = bk.tensor(batch.rewards), bk.tensor(batch.dones)
-        with bk.no_grad():
-            next_q = self.q_values(self.target, next_obs)
-            if c.double:
-                best = bk.argmax(self.q_values(self.q, next_obs), axis=-1)
-                next_v = bk.gather(next_q, best)
-            else:
-                next_v = bk.max(next_q, axis=-1)
-            target = rewards + c.gamma * (1.0 - dones) * next_v
-        q = bk.gather(self.q_values(self.q, obs), actions)
-        per_sample = bk.smooth_l1(q, target) if c.loss == "huber" else bk.mse(q, target)
-        loss = bk.mean(bk.tensor(batch.weights) * per_sample)
+        with bk.autocast():
+            with bk.no_grad():
+                next_q = self.q_values(self.target, next_obs)
+                if c.double:
+                    best = bk.argmax(self.q_values(self.q, next_obs), axis=-1)
+                    next_v = bk.gather(next_q, best)
+                else:
+                    next_v = bk.max(next_q, axis=-1)
+                target = rewards + c.gamma * (1.0 - dones) * next_v
+            q = bk.gather(self.q_values(self.q, obs), actions)
+            per_sample = bk.smooth_l1(q, target) if c.loss == "huber" else bk.mse(q, target)
+            loss = bk.mean(bk.tensor(batch.weights) * per_sample)
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         with bk.no_grad():
             td = bk.numpy(q - target)

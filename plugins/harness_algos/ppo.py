@@ -143,23 +143,24 @@ class PPO(Algorithm):
                 bk.tensor(batch.values),
             )
         obs, actions, old_logp, adv, returns, old_values = self._tensors
-        d, v = self.forward(obs)
-        logp = d.log_prob(actions)
-        log_ratio = logp - old_logp
-        ratio = bk.exp(log_ratio)
-        clip = self.clip_range
-        pg_loss = -bk.mean(bk.minimum(adv * ratio, adv * bk.clip(ratio, 1 - clip, 1 + clip)))
-        # plain MSE as in SB3, whose tuned vf_coef values the packs reuse (CleanRL halves it)
-        if c.clip_vloss:
-            v_clipped = old_values + bk.clip(v - old_values, -clip, clip)
-            v_loss = bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
-        else:
-            v_loss = bk.mean(bk.mse(v, returns))
-        loss = pg_loss + c.vf_coef * v_loss
-        entropy = None
-        if c.ent_coef:  # kept out of the graph when it does not contribute to the loss
-            entropy = bk.mean(d.entropy())
-            loss = loss - c.ent_coef * entropy
+        with bk.autocast():
+            d, v = self.forward(obs)
+            logp = d.log_prob(actions)
+            log_ratio = logp - old_logp
+            ratio = bk.exp(log_ratio)
+            clip = self.clip_range
+            pg_loss = -bk.mean(bk.minimum(adv * ratio, adv * bk.clip(ratio, 1 - clip, 1 + clip)))
+            # plain MSE as in SB3, whose tuned vf_coef values the packs reuse (CleanRL halves it)
+            if c.clip_vloss:
+                v_clipped = old_values + bk.clip(v - old_values, -clip, clip)
+                v_loss = bk.mean(bk.maximum(bk.mse(v, returns), bk.mse(v_clipped, returns)))
+            else:
+                v_loss = bk.mean(bk.mse(v, returns))
+            loss = pg_loss + c.vf_coef * v_loss
+            entropy = None
+            if c.ent_coef:  # kept out of the graph when it does not contribute to the loss
+                entropy = bk.mean(d.entropy())
+                loss = loss - c.ent_coef * entropy
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         if not diagnostics:
             return {}

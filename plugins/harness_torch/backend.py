@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -25,6 +26,11 @@ log = logging.getLogger(__name__)
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool, "uint8": torch.uint8}
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+PIN_MIN_BYTES = 256 * 1024
+"""Host arrays at least this big go to a CUDA device through a pinned staging buffer."""
+MAX_STAGING = 32
+"""Pinned staging buffers kept (one per array shape and dtype)."""
 
 
 def cpu_share(processes_per_host: int) -> int:
@@ -90,7 +96,29 @@ class TorchBackend:
         threadpool_limits(threads, user_api="blas")
         if config.deterministic:
             torch.use_deterministic_algorithms(True)
-        log.info("torch %s on %s with %d threads", torch.__version__, self.device, threads)
+        cuda = self._device.type == "cuda"
+        self._amp_dtype: torch.dtype | None = None
+        self._scaler: Any = None
+        if config.amp != "off" and not cuda:
+            log.warning(
+                "[backend] amp = %r applies to CUDA learners only: this %s run trains in float32",
+                config.amp,
+                self.device,
+            )
+        elif config.amp != "off":
+            self._amp_dtype = torch.bfloat16 if config.amp == "bf16" else torch.float16
+            if config.amp == "fp16":  # bf16 has float32's exponent range: no scaling needed
+                self._scaler = torch.amp.GradScaler("cuda")
+        self._pin = cuda and config.pin_memory
+        self._staging: dict[tuple[Any, ...], list[Any]] = {}  # key -> [pinned tensor, event]
+        self._nvml: Any = None  # (pynvml, handle) once looked up; False when unavailable
+        log.info(
+            "torch %s on %s with %d threads%s",
+            torch.__version__,
+            self.device,
+            threads,
+            f", amp {config.amp}" if self._amp_dtype is not None else "",
+        )
 
     @staticmethod
     def _pick_device(requested: str) -> str:
@@ -172,13 +200,46 @@ class TorchBackend:
 
     # --- tensors --------------------------------------------------------------------------
     def tensor(self, x: Any, dtype: str = "float32") -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x), dtype=_DTYPES[dtype], device=self._device)
+        arr = np.asarray(x)
+        if self._pin and arr.nbytes >= PIN_MIN_BYTES and arr.dtype != object:
+            return self._staged(arr, _DTYPES[dtype])
+        return torch.as_tensor(arr, dtype=_DTYPES[dtype], device=self._device)
+
+    def _staged(self, arr: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        """``arr`` on the CUDA device: copied into a pinned buffer kept for its shape and
+        dtype, sent asynchronously in its own dtype (uint8 frames move a quarter of the
+        float32 bytes) and converted there. Kernels that use the result run after the copy
+        on the same stream; the buffer is refilled only once that copy has finished."""
+        key = (arr.shape, arr.dtype.str)
+        entry = self._staging.get(key)
+        if entry is None:
+            if len(self._staging) >= MAX_STAGING:
+                self._staging.clear()  # (torch keeps a buffer alive until its copies finish)
+            source_dtype = torch.from_numpy(np.empty(0, arr.dtype)).dtype
+            entry = [torch.empty(arr.shape, dtype=source_dtype, pin_memory=True), None]
+            self._staging[key] = entry
+        host, done = entry
+        if done is not None:
+            done.synchronize()
+        np.copyto(host.numpy(), arr, casting="no")
+        out = host.to(self._device, non_blocking=True)
+        done = entry[1] = torch.cuda.Event()
+        done.record()
+        return out if out.dtype == dtype else out.to(dtype)
 
     def numpy(self, x: torch.Tensor) -> np.ndarray:
-        return x.detach().cpu().numpy()
+        x = x.detach()
+        if x.dtype in _LOW_PRECISION:  # (an amp forward's output; numpy has no bfloat16)
+            x = x.float()
+        return x.cpu().numpy()
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        if self._amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=self._amp_dtype)
 
     def gather(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         return x.gather(-1, index.long().unsqueeze(-1)).squeeze(-1)
@@ -248,7 +309,12 @@ class TorchBackend:
         max_grad_norm: float | None = None,
     ) -> float:
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler = self._scaler
+        if scaler is not None:  # fp16: scale the loss, unscale before the norm is taken
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+        else:
+            loss.backward()
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         with torch.no_grad():
             # clip_grad_norm_'s arithmetic (same formula and eps) without its per-call
@@ -257,7 +323,11 @@ class TorchBackend:
             if max_grad_norm is not None:
                 coef = torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0)
                 torch._foreach_mul_(grads, coef)
-            _plain_step(type(optimizer))(optimizer)
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped when a gradient overflowed
+                scaler.update()
+            else:
+                _plain_step(type(optimizer))(optimizer)
         return float(norm)
 
     def set_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -272,6 +342,32 @@ class TorchBackend:
             torch._foreach_copy_(t_params, s_params)
         else:
             torch._foreach_lerp_(t_params, s_params, tau)
+
+    def device_stats(self) -> dict[str, float]:
+        """The learner's CUDA device: torch's allocations, and the whole device's utilisation
+        and memory through NVML (``pip install nvidia-ml-py``, the gpu-monitor extra) when it
+        is there. Empty on CPU."""
+        if self._device.type != "cuda":
+            return {}
+        index = (
+            self._device.index if self._device.index is not None else torch.cuda.current_device()
+        )
+        mib = 2**20
+        stats = {
+            "gpu/torch_allocated_mb": torch.cuda.memory_allocated(index) / mib,
+            "gpu/torch_reserved_mb": torch.cuda.memory_reserved(index) / mib,
+            "gpu/torch_peak_mb": torch.cuda.max_memory_allocated(index) / mib,
+        }
+        if self._nvml is None:
+            self._nvml = _nvml_handle(index) or False
+        if self._nvml:
+            nvml, handle = self._nvml
+            with contextlib.suppress(Exception):
+                stats["gpu/util"] = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                stats["gpu/memory_used_mb"] = memory.used / mib
+                stats["gpu/memory_total_mb"] = memory.total / mib
+        return stats
 
     # --- state ----------------------------------------------------------------------------
     def get_weights(self, model: nn.Module) -> dict[str, np.ndarray]:
@@ -315,7 +411,27 @@ class TorchBackend:
     def set_rng_state(self, state: Any) -> None:
         torch.set_rng_state(state["cpu"].cpu())
         if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+            # (a checkpoint loaded with map_location=cuda brings these onto the GPU: torch
+            # wants them as CPU byte tensors)
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _nvml_handle(index: int) -> tuple[Any, Any] | None:
+    """(pynvml, the NVML handle of torch's CUDA device ``index``) or None. Matched by UUID:
+    CUDA_VISIBLE_DEVICES renumbers torch's devices, NVML's numbers are the machine's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        except Exception:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return pynvml, handle
+    except Exception as exc:  # no nvidia-ml-py, no driver library, a virtual device...
+        log.info("GPU utilisation is not reported: NVML is unavailable (%s)", exc)
+        return None
 
 
 _NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = {

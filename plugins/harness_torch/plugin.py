@@ -10,6 +10,8 @@ from harness import hookimpl
 from harness.errors import PluginError
 from harness.registry import BackendSpec
 
+AMP_MODES = ("off", "bf16", "fp16")
+
 
 @dataclass
 class TorchConfig:
@@ -23,6 +25,17 @@ class TorchConfig:
     """How many harness processes share this host's CPUs (sets the automatic thread count)."""
     deterministic: bool = False
     """Use deterministic kernels (slower on CUDA)."""
+    amp: str = "off"
+    """Mixed precision for the learner on CUDA: 'off', 'bf16' (autocast, no loss scaling) or
+    'fp16' (autocast with dynamic loss scaling). Weights and optimiser state stay float32; a
+    CPU run ignores it (with a warning)."""
+    pin_memory: bool = True
+    """CUDA only: copy big host batches (>= 256 KiB) to the GPU through reusable pinned
+    buffers, asynchronously, converting dtypes on the GPU (uint8 frames travel as bytes)."""
+
+    def __post_init__(self) -> None:
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"amp = {self.amp!r} is not one of {', '.join(AMP_MODES)}")
 
 
 def load(config: TorchConfig | None = None) -> Any:

@@ -6,6 +6,7 @@ import copy
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,7 +16,7 @@ from harness_torch.plugin import TorchConfig  # noqa: E402
 
 
 def test_update_matches_torch_adam_with_clipping() -> None:
-    bk = TorchBackend(TorchConfig(threads=1))
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1))
     net = bk.parallel_mlp(4, [16, 16], [3, 1], out_gains=[0.01, 1.0])
     ref = copy.deepcopy(net)
     opt = bk.optimizer(net, lr=3e-3, eps=1e-5)
@@ -46,7 +47,7 @@ def test_training_does_not_import_dynamo() -> None:
 import sys, torch
 from harness_torch.backend import TorchBackend
 from harness_torch.plugin import TorchConfig
-bk = TorchBackend(TorchConfig(threads=1))
+bk = TorchBackend(TorchConfig(device="cpu", threads=1))
 net = bk.mlp(4, [8], 2)
 opt = bk.optimizer(net, lr=1e-3)
 bk.update(opt, net(torch.randn(3, 4)).sum(), max_grad_norm=1.0)
@@ -54,3 +55,46 @@ opt.load_state_dict(opt.state_dict())
 assert "torch._dynamo" not in sys.modules, "torch._dynamo was imported"
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_amp_on_cpu_warns_and_trains_in_float32(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        bk = TorchBackend(TorchConfig(device="cpu", amp="bf16", threads=1))
+    assert "amp = 'bf16' applies to CUDA learners only" in caplog.text
+    net = bk.mlp(4, [8], 2)
+    with bk.autocast():
+        out = net(bk.tensor(np.ones((3, 4), np.float32)))
+    assert out.dtype == torch.float32
+    assert bk.device_stats() == {}
+
+
+def test_bad_amp_mode_is_named() -> None:
+    with pytest.raises(ValueError, match="amp = 'fp8' is not one of off, bf16, fp16"):
+        TorchConfig(amp="fp8")
+
+
+def test_numpy_of_half_precision_is_float32() -> None:
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1))
+    for dtype in (torch.bfloat16, torch.float16):
+        out = bk.numpy(torch.ones(3, dtype=dtype))
+        assert out.dtype == np.float32 and out.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_farm_actors_act_on_cpu() -> None:
+    """A CUDA learner's farm actors get no GPU: their copy of the config acts on the CPU."""
+    from dataclasses import replace
+
+    from harness.config import layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+    from harness.runtime.farm import acting_config
+
+    registry = collect_registry(make_plugin_manager())
+    overrides = ["backend.device='cuda:1'", "backend.amp='fp16'", "backend.threads=3"]
+    config = resolve(layer(None, [], overrides, environ={}), registry)
+    assert (config.backend.device, config.backend.amp) == ("cuda:1", "fp16")
+    acting = acting_config(config)
+    assert (acting.backend.device, acting.backend.amp, acting.backend.threads) == ("cpu", "off", 3)
+    assert config.backend.device == "cuda:1"  # the learner's own config is untouched
+    assert acting.run == config.run and acting.algo == config.algo
+    plain = replace(config, backend=None)
+    assert acting_config(plain) is plain
