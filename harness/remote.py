@@ -298,21 +298,25 @@ class Proxy:
     are fetched from the actor. Module functions :func:`release` and :func:`handle_of` work on
     it (names on the proxy itself would shadow the remote class's own)."""
 
-    __slots__ = ("__cache", "__cls", "__handle", "__methods")
+    __slots__ = ("__cls", "__dict__", "__handle", "__methods")
 
     def __init__(self, handle: ActorHandle, cls: type[Any], methods: frozenset[str]) -> None:
         object.__setattr__(self, "_Proxy__handle", handle)
         object.__setattr__(self, "_Proxy__cls", cls)
         object.__setattr__(self, "_Proxy__methods", methods)
-        object.__setattr__(self, "_Proxy__cache", {})
+        # every method is an instance attribute up front: ``proxy.step`` is then a plain
+        # dictionary hit, not a failed lookup (an AttributeError built and discarded) followed
+        # by __getattr__; names the proxy class itself defines keep to __getattr__
+        own = dir(Proxy)
+        self.__dict__.update(
+            (name, RemoteMethod(handle, name))
+            for name in methods
+            if name not in own and not (name.startswith("__") and name.endswith("__"))
+        )
 
     def __getattr__(self, name: str) -> Any:
-        cache: dict[str, RemoteMethod] = self.__cache
-        method = cache.get(name)
-        if method is not None:
-            return method
         if name in self.__methods:
-            method = cache[name] = RemoteMethod(self.__handle, name)
+            method = RemoteMethod(self.__handle, name)
             return method
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)

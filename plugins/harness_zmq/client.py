@@ -91,6 +91,8 @@ _send = zmq.backend.Socket.send  # without pyzmq's Python wrapper
 _RCVMORE = int(zmq.RCVMORE)
 _INLINE_MAX = wire.INLINE_MAX
 _P_KEY = wire.P_KEY
+_A_KEY = wire.A_KEY
+_SCALARS = wire.SCALARS
 _NOBLOCK = int(zmq.NOBLOCK)
 _POLLIN = int(zmq.POLLIN)
 _PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
@@ -104,6 +106,22 @@ def _call_head(method: str) -> bytes:
     if len(_CALL_HEADS) < 10_000:
         _CALL_HEADS[method] = head
     return head
+
+
+def _scalar_call(method: str, rid: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The one-frame CALL with msgpack arguments ("a"), or None when some argument is not a
+    plain scalar (or an int too big for msgpack) or there are keyword arguments."""
+    if kwargs:
+        return None
+    for arg in args:
+        if type(arg) not in _SCALARS:
+            return None
+    try:
+        packed = _packb(args)
+    except OverflowError:
+        return None
+    head = _CALL_HEADS.get(method) or _call_head(method)
+    return head + _packb(rid) + _A_KEY + packed
 
 
 def _call_frames(method: str, rid: int, body: list[Any]) -> list[Any]:
@@ -145,6 +163,11 @@ LOCAL_ACTOR_NICE = 0
 """Default niceness added to the actors of an embedded local farm (``connect(actor_nice=)``).
 0: a niced actor answers a blocking call ~10% slower (measured by tools/bench_remote.py), and
 on the 256-actor farm benchmark nice 0, 10 and 19 were within noise of each other."""
+LOCAL_IPC = False
+"""Whether an embedded local farm's actors listen on Unix-domain sockets (``ipc://`` in each
+actor's private 0700 directory) rather than loopback TCP (``connect(local_ipc=)``). Measured
+by tools/bench_remote.py on the 2-core machine: a tiny call ~10% quicker over IPC, but a 1 MiB
+argument ~60% slower (loopback TCP moves big messages in 64 KiB segments), hence TCP."""
 SCAN_S = 0.02
 """``_Completions`` looks at all its futures at least this often (those done without an edge)."""
 SWEEP_S = 0.1
@@ -166,6 +189,7 @@ def connect(
     name: str | None = None,
     preload: Sequence[str] = (),
     actor_nice: int = LOCAL_ACTOR_NICE,
+    local_ipc: bool = LOCAL_IPC,
 ) -> ZmqClient:
     """A client of an embedded local farm (``address=None``) or of the cluster whose master
     listens at ``address`` (``tcp://HOST:PORT``).
@@ -179,7 +203,9 @@ def connect(
     ``preload``: modules the local farm's zygote imports before forking actors, so they share
     them (e.g. ``torch``; a cluster's workers read ``HARNESS_ACTOR_PRELOAD`` instead).
     ``actor_nice``: niceness added to the local farm's actors (a lower CPU priority than the
-    caller's, for a learner sharing an oversubscribed machine with its actors)."""
+    caller's, for a learner sharing an oversubscribed machine with its actors). ``local_ipc``:
+    the local farm's actors listen on Unix-domain sockets in their private directories instead
+    of loopback TCP (see LOCAL_IPC for the trade-off)."""
     return ZmqClient(
         address,
         keys=keys,
@@ -191,6 +217,7 @@ def connect(
         name=name,
         preload=preload,
         actor_nice=actor_nice,
+        local_ipc=local_ipc,
     )
 
 
@@ -224,6 +251,7 @@ class ZmqClient:
         name: str | None = None,
         preload: Sequence[str] = (),
         actor_nice: int = LOCAL_ACTOR_NICE,
+        local_ipc: bool = LOCAL_IPC,
     ) -> None:
         self._closed = True  # until constructed (close() and __del__ may run on a failure)
         if keys is not None and not isinstance(keys, Keys):
@@ -248,7 +276,7 @@ class ZmqClient:
         self._closed = False
         try:
             if address is None:
-                self._farm = _LocalFarm(self, cpus, keys, preload, actor_nice)
+                self._farm = _LocalFarm(self, cpus, keys, preload, actor_nice, local_ipc)
             else:
                 self._master = _MasterLink(
                     self, address, heartbeat_s, connect_timeout_s, name or _default_name()
@@ -436,14 +464,18 @@ class ZmqActor:
         # the hot path, inlined: the common reply (a RESULT with our id) is decoded here,
         # anything else goes through _outcome
         rid = next(self._ids)
-        frames = _call_frames(method, rid, _encode_args(args, kwargs))
+        one = _scalar_call(method, rid, args, kwargs)
+        if one is None:
+            frames = _call_frames(method, rid, _encode_args(args, kwargs))
+            if len(frames) == 1:
+                one = frames[0]
         sock = self._sock
         others: list[tuple[dict[str, Any], list[Any]]] = []
         with self._lock:
             if self._dead is not None:
                 raise self._lost_error()
-            if len(frames) == 1:
-                _send(sock, frames[0])
+            if one is not None:
+                _send(sock, one)
             else:
                 send_frames(sock, frames, zero_copy=True)
             while True:
@@ -490,6 +522,8 @@ class ZmqActor:
             n = len(reply)
             try:
                 if n == 1:
+                    if "r" in msg:
+                        return msg["r"]
                     inline = msg.get("p")
                     return None if inline is None else _loads(inline)
                 if n == 2:
@@ -506,7 +540,8 @@ class ZmqActor:
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
         rid = next(self._ids)
-        frames = _call_frames(method, rid, _encode_args(args, kwargs))
+        one = _scalar_call(method, rid, args, kwargs)
+        frames = [one] if one is not None else _call_frames(method, rid, _encode_args(args, kwargs))
         future = _CallFuture(self)
         pending = self._pending
         pending[rid] = future
@@ -726,6 +761,9 @@ class ZmqActor:
                 n = len(frames)
                 try:
                     if n == 1:
+                        if "r" in head:
+                            future.set_result(head["r"])
+                            continue
                         inline = head.get("p")
                         value = None if inline is None else _loads(inline)
                     elif n == 2:
@@ -758,6 +796,8 @@ class ZmqActor:
         if kind == "result":
             if init:
                 return True, head
+            if "r" in head:
+                return True, head["r"]
             body = wire.payload(head, frames)
             if not body:
                 return True, None
@@ -1199,9 +1239,10 @@ class _LocalFarm:
         keys: Keys | None,
         preload: Sequence[str],
         actor_nice: int = LOCAL_ACTOR_NICE,
+        local_ipc: bool = LOCAL_IPC,
     ) -> None:
         self.client = client
-        self.launcher = ActorLauncher("127.0.0.1", keys, preload, nice=actor_nice)
+        self.launcher = ActorLauncher("127.0.0.1", keys, preload, nice=actor_nice, ipc=local_ipc)
         self.cpus_total = float(cpus if cpus else (os.cpu_count() or 1))
         self.cpus_used = 0.0
         self.gpus_free: list[int] | None = None

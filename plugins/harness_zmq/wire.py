@@ -12,6 +12,11 @@ results) rides in the header instead, as the bin field ``"p"``: one frame per me
 extra ZeroMQ frame costs ~25 us of round trip on a small VM). :func:`payload` gives the
 payload frames of either form.
 
+Calls whose arguments are all plain scalars (exactly ``int``, ``float``, ``bool``, ``str``,
+``bytes`` or ``None``; no keyword arguments) carry them as a msgpack array ``"a"`` in the CALL
+header instead of a pickle, and a plain scalar result travels as the header field ``"r"``:
+msgpack keeps these types exactly, and neither side runs the pickler for the commonest calls.
+
 Decoding the header is msgpack only (``"p"`` stays opaque bytes), so any peer can be answered
 (or refused) without unpickling anything. Payloads are unpickled only from authenticated
 peers: loopback sockets (the default, reachable only from this host) or CURVE-authenticated
@@ -35,9 +40,14 @@ from typing import Any
 import cloudpickle
 import msgpack
 
-PROTOCOL = 2
+PROTOCOL = 3
 """Bumped on any incompatible change of the envelope, the kinds or their fields (2: small
-payloads inline in the header)."""
+payloads inline in the header; 3: plain scalar arguments and results as msgpack fields "a"
+and "r")."""
+
+SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
+"""Types that travel as msgpack values ("a", "r") instead of pickles: msgpack round-trips each
+exactly (ints beyond 64 bits do not pack: they fall back to a pickle)."""
 
 INLINE_MAX = 16384
 """Payloads up to this many bytes (one pickle frame, no out-of-band buffers) travel inside the
@@ -165,6 +175,10 @@ def payload(head: dict[str, Any], frames: Sequence[Any]) -> list[Any]:
     return list(frames[1:])
 
 
+A_KEY = msgpack.packb("a")
+"""The packed key of a CALL's scalar arguments (a msgpack array)."""
+R_KEY = msgpack.packb("r")
+"""The packed key of a RESULT's scalar value."""
 P_KEY = msgpack.packb("p")
 """The packed key of the inline payload field: hot paths append ``P_KEY + packb(payload)`` to a
 header map whose entry count they raised by one."""

@@ -423,6 +423,43 @@ def test_close_releases_everything_and_is_idempotent() -> None:
         RemoteCounter(_client=c)
 
 
+def test_scalars_keep_their_exact_types(counter: Any) -> None:
+    """Plain scalar arguments and results travel as msgpack fields (protocol 3): every type
+    and edge value comes back as it went, and what msgpack cannot hold falls back to pickle."""
+    values = [
+        0, -1, 2**63 - 1, -(2**63), 2**64 - 1,  # msgpack's int range
+        2**64, -(2**63) - 1, 10**40,  # beyond it: pickled
+        1.5, -0.0, float("inf"), 1e-310, True, False,
+        "", "snow \u2603", b"", b"\x00\xff" * 100, None,
+    ]  # fmt: skip
+    for value in values:
+        for back in (counter.echo(value), counter.echo.future(value).result(timeout=10)):
+            assert type(back) is type(value) and back == value, (value, back)
+    nan = counter.echo(float("nan"))
+    assert type(nan) is float and nan != nan
+    assert str(counter.echo(-0.0)) == "-0.0"
+    assert counter.echo((1, 2)) == (1, 2) and type(counter.echo((1, 2))) is tuple
+    assert counter.echo(x=b"kw") == b"kw"  # keyword arguments: the pickle path
+    start, step = counter.value, counter.step  # GETATTR results
+    assert counter.add(2**70) == start + step * 2**70
+    assert counter.value == start + step * 2**70 and counter.add(-(2**70)) == start
+
+
+def test_scalar_arguments_field_must_be_a_list(counter: Any) -> None:
+    handle = handle_of(counter)
+    before = handle.stats()["malformed"]
+    for bad in (5, "x", {"k": 1}, None):
+        rid = next(handle._ids)
+        head = {"v": wire.PROTOCOL, "k": "call", "m": "add", "id": rid, "a": bad}
+        if bad is None:  # "a": nil and no payload at all
+            head.pop("a")
+        with pytest.raises(RemoteError) as info:
+            handle._roundtrip(rid, [msgpack.packb(head)])
+        assert info.value.remote_type in {"MalformedFrame", "harness_zmq.wire.MalformedFrame"}
+    assert handle.stats()["malformed"] == before + 4
+    assert counter.add(1) == counter.value  # still served
+
+
 def test_payloads_inline_and_in_frames_round_trip(counter: Any) -> None:
     """Payloads below, at and above the inline limit (one frame vs header + pickle frame) and
     with out-of-band arrays, through blocking calls and futures, both directions."""
@@ -709,6 +746,27 @@ def test_launcher_contract() -> None:
     for pid in pids:
         assert wait_for(lambda pid=pid: gone(pid), 5, f"actor {pid} to exit")
     assert procs[1].exitcode == -9
+
+
+def test_local_farm_over_unix_sockets() -> None:
+    """connect(local_ipc=True): actors listen on a Unix-domain socket in their own 0700
+    directory, which goes away with them."""
+    import stat
+
+    with connect(cpus=2, local_ipc=True) as c:
+        proxy = RemoteCounter(3, _client=c)
+        endpoint = handle_of(proxy).endpoint
+        assert endpoint.startswith("ipc://")
+        path = Path(endpoint.removeprefix("ipc://"))
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert path.parent.stat().st_uid == os.getuid()
+        assert proxy.add(1) == 4 and proxy.echo(np.arange(300_000)).sum() == 44999850000
+        pid = handle_of(proxy).pid
+        release(proxy)
+        wait_for(lambda: gone(pid), 10, "the actor to exit")
+        wait_for(lambda: not path.parent.exists(), 10, "its directory to be removed")
+    with connect(cpus=2) as c:  # the default: loopback TCP
+        assert handle_of(RemoteCounter(1, _client=c)).endpoint.startswith("tcp://127.0.0.1:")
 
 
 def test_launcher_works_with_descriptors_above_1024() -> None:
