@@ -22,12 +22,16 @@ Implementations:
 * ``raw-bytes``: pyzmq DEALER -> ROUTER echo server process, no serialization at all (the
   physical limit of this stack); the 1 MiB array goes as one zero-copy frame both ways
   (``copy=False``), and comes back as a read-only ``np.frombuffer`` view of the received frame.
-* ``raw-envelope``: the same sockets with a minimal RPC envelope, as harness's wire format has
+* ``raw-bytes-ipc``: the same over a Unix-domain socket (``ipc://``) in a private directory,
+  the transport of harness's local farm with ``connect(local_ipc=True)``.
+* ``raw-envelope``: the same (TCP) sockets with a minimal RPC envelope, as harness's wire format has
   it: frame 0 a msgpack header ``{"v", "k", "id", "m"}``, then a pickle-5 stream whose big
   buffers travel out-of-band as their own zero-copy frames; the server really calls
   ``Echo.add``/``Echo.echo``. This is the least any msgpack+pickle RPC in Python can do.
 * ``harness``: ``harness.remote(Echo)`` under ``with harness.connect():`` (the embedded local
-  farm); pipelined uses ``proxy.add.future(i)`` with a FIFO sliding window.
+  farm, loopback TCP); pipelined uses ``proxy.add.future(i)`` with a FIFO sliding window.
+  ``harness-ipc``: the same with ``connect(local_ipc=True)`` (Unix-domain sockets). Each is
+  compared with raw pyzmq over its own transport.
 * ``parl``: ``parl.remote_class(Echo)`` on a local PARL cluster (master + worker with
   ``--cpu_num 2``, started exactly as ``xparl start`` starts them, minus the web monitor);
   pipelined uses ``@parl.remote_class(wait=False)`` futures with the same sliding window.
@@ -88,7 +92,7 @@ class Echo:
 
 
 REPO = Path(__file__).resolve().parent.parent
-IMPLS = ("raw-bytes", "raw-envelope", "harness", "parl", "ray")
+IMPLS = ("raw-bytes", "raw-bytes-ipc", "raw-envelope", "harness", "harness-ipc", "parl", "ray")
 CASES = ("tiny", "array", "pipelined")
 ARRAY_ELEMENTS = 262_144  # float32: 1 MiB
 NETNS_SETUP = "ip link set lo up && ip route add default dev lo src 127.0.0.2"
@@ -99,11 +103,16 @@ PARL_PORT = 8010
 # measurement helpers (run inside the case subprocesses)
 
 
+_SERVE_BLOCKS = False  # set in a case worker started with --serve-blocks (see interleaved)
+
+
 def _blocking_stats(call: Any, calls: int, warmup: int) -> dict[str, Any]:
     import numpy as np
 
     for _ in range(warmup):
         call()
+    if _SERVE_BLOCKS:
+        return _serve_blocks(call)
     lat = np.empty(calls, dtype=np.int64)
     clock = time.perf_counter_ns
     start = clock()
@@ -120,6 +129,38 @@ def _blocking_stats(call: Any, calls: int, warmup: int) -> dict[str, Any]:
         "calls_per_s": calls / elapsed,
         "elapsed_s": elapsed,
         "lat_ns": lat.tolist(),  # pooled across rounds by the orchestrator
+    }
+
+
+def _serve_blocks(call: Any) -> dict[str, Any]:
+    """The worker's half of an interleaved run: says READY, then times ``run N`` blocks of
+    blocking calls as the orchestrator asks (each answered by one BLOCK line of latencies),
+    until ``quit``; returns the stats of every block together."""
+    clock = time.perf_counter_ns
+    lat: list[int] = []
+    elapsed = 0
+    print("READY", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "run":
+            break
+        block = []
+        start = clock()
+        for _ in range(int(words[1])):
+            t0 = clock()
+            call()
+            block.append(clock() - t0)
+        elapsed += clock() - start
+        lat += block
+        print("BLOCK " + json.dumps(block), flush=True)
+    lat.sort()
+    return {
+        "calls": len(lat),
+        "median_us": _percentile(lat, 50) / 1e3,
+        "p99_us": _percentile(lat, 99) / 1e3,
+        "mean_us": sum(lat) / max(1, len(lat)) / 1e3,
+        "calls_per_s": len(lat) / max(elapsed / 1e9, 1e-9),
+        "elapsed_s": elapsed / 1e9,
     }
 
 
@@ -222,9 +263,9 @@ def _view(frame: Any) -> Any:
     return buffer if buffer is not None else frame
 
 
-def serve_raw(mode: str, copy: bool) -> None:
-    """A ROUTER echo server on 127.0.0.1 (random port, printed on stdout); ends on EOF of
-    stdin or when its parent dies."""
+def serve_raw(mode: str, copy: bool, ipc: str = "") -> None:
+    """A ROUTER echo server on 127.0.0.1 (random port) or on the Unix-domain socket ``ipc``;
+    prints its endpoint on stdout; ends on EOF of stdin or when its parent dies."""
     import threading
 
     import msgpack
@@ -233,8 +274,12 @@ def serve_raw(mode: str, copy: bool) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    print(port, flush=True)
+    if ipc:
+        endpoint = f"ipc://{ipc}"
+        sock.bind(endpoint)
+    else:
+        endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    print(endpoint, flush=True)
     threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     obj = Echo()
     if mode == "bytes":
@@ -255,20 +300,29 @@ def serve_raw(mode: str, copy: bool) -> None:
 class RawActor:
     """Client side of one raw server: a DEALER socket."""
 
-    def __init__(self, ctx: Any, mode: str, copy: bool) -> None:
+    def __init__(self, ctx: Any, mode: str, copy: bool, ipc: str = "") -> None:
         import zmq
 
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-raw", mode, "--copy", str(int(copy))],
+            [
+                sys.executable,
+                __file__,
+                "--serve-raw",
+                mode,
+                "--copy",
+                str(int(copy)),
+                "--ipc",
+                ipc,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         assert self.proc.stdout is not None
-        port = int(self.proc.stdout.readline())
+        endpoint = self.proc.stdout.readline().strip()
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(f"tcp://127.0.0.1:{port}")
+        self.sock.connect(endpoint)
         self.mode, self.copy, self.next_id = mode, copy, 0
         import msgpack
 
@@ -317,8 +371,15 @@ def run_raw(mode: str, case: str, cfg: argparse.Namespace) -> dict[str, Any]:
     import zmq
 
     copy = case != "array"  # zero-copy frames only pay off for big messages
+    ipc_dir = ""
+    if mode.endswith("-ipc"):  # Unix-domain sockets in a private directory, as harness's
+        mode = mode.removesuffix("-ipc")  # local farm uses them
+        ipc_dir = tempfile.mkdtemp(prefix="raw-")
     ctx = zmq.Context()
-    actors = [RawActor(ctx, mode, copy) for _ in range(2 if case == "pipelined" else 1)]
+    actors = [
+        RawActor(ctx, mode, copy, os.path.join(ipc_dir, f"{i}.sock") if ipc_dir else "")
+        for i in range(2 if case == "pipelined" else 1)
+    ]
     try:
         a = actors[0]
         if case == "tiny":
@@ -352,6 +413,8 @@ def run_raw(mode: str, case: str, cfg: argparse.Namespace) -> dict[str, Any]:
         for actor in actors:
             actor.close()
         ctx.term()
+        if ipc_dir:
+            shutil.rmtree(ipc_dir, ignore_errors=True)
     return {**stats, "versions": {**_common_versions(), "msgpack": _dist_version("msgpack")}}
 
 
@@ -406,11 +469,11 @@ def _raw_pipelined(actors: list[RawActor], mode: str, total: int, window: int) -
 # harness
 
 
-def run_harness(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
+def run_harness(case: str, cfg: argparse.Namespace, local_ipc: bool = False) -> dict[str, Any]:
     import harness
 
     remote_echo = harness.remote(Echo)
-    with harness.connect():
+    with harness.connect(local_ipc=True) if local_ipc else harness.connect():
         if case == "tiny":
             a = remote_echo()
             assert a.add(1) == 2
@@ -573,13 +636,21 @@ def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
 
 def case_main(cfg: argparse.Namespace) -> None:
     """One (implementation, case) in this process; the result goes to ``cfg.out`` as JSON."""
+    global _SERVE_BLOCKS
+    _SERVE_BLOCKS = bool(cfg.serve_blocks)
     with contextlib.suppress(OSError):
         Path(cfg.out + ".netns").write_text(os.readlink("/proc/self/ns/net"))
     impl, case = cfg.impl, cfg.case
     if impl.startswith("raw-"):
         result = run_raw(impl.removeprefix("raw-"), case, cfg)
     else:
-        result = {"harness": run_harness, "parl": run_parl, "ray": run_ray}[impl](case, cfg)
+        runners = {
+            "harness": run_harness,
+            "harness-ipc": lambda case, cfg: run_harness(case, cfg, local_ipc=True),
+            "parl": run_parl,
+            "ray": run_ray,
+        }
+        result = runners[impl](case, cfg)
     if case == "array":
         mib = ARRAY_ELEMENTS * 4
         result["mb_per_s"] = 2 * mib / (result["median_us"] / 1e6) / 1e6
@@ -734,6 +805,100 @@ def run_case(
     return {"impl": impl, "case": case, "ok": False, "reason": reason, "log_tail": tail}
 
 
+class _Lines:
+    """Lines from a pipe, with a deadline (a worker that hangs must not hang the benchmark)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf = fd, b""
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        import select
+
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if text.startswith(prefix):
+                    return text[len(prefix) :]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeoutError(f"no {prefix.strip()} line within {timeout:.0f} s")
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise EOFError(f"the worker exited before its {prefix.strip()} line")
+            self.buf += chunk
+
+
+def run_interleaved(
+    impls: list[str], pythons: dict[str, Path], args: argparse.Namespace, tmp: Path
+) -> dict[str, dict[str, Any]]:
+    """The tiny case of ``impls`` at once: every worker sets up and warms up, then they take
+    turns, ``--blocks`` blocks of ``--block-calls`` timed calls each, in alternating order, so
+    every implementation meets the same machine (this VM's speed drifts by 20-40% within
+    minutes, which separate runs turn into noise in the ratios). Workers wait blocked on a
+    pipe while another measures."""
+    script = str(Path(__file__).resolve())
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    lines: dict[str, _Lines] = {}
+    outs: dict[str, Path] = {}
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for impl in impls:
+            work = tmp / f"il-{impl}"
+            work.mkdir()
+            outs[impl] = work / "result.json"
+            cmd = [
+                str(pythons[impl]), script, "--case-worker", "--serve-blocks", "--impl", impl,
+                "--case", "tiny", "--out", str(outs[impl]), "--calls", "0",
+                "--warmup", str(args.warmup),
+            ]  # fmt: skip
+            env = dict(os.environ, HOME=str(work), PYTHONUNBUFFERED="1", PYTHONPATH="")
+            with open(work / "log.txt", "w") as log:
+                procs[impl] = subprocess.Popen(
+                    cmd, cwd=work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=log, start_new_session=True,
+                )  # fmt: skip
+            assert procs[impl].stdout is not None
+            lines[impl] = _Lines(procs[impl].stdout.fileno())
+        for impl in impls:
+            try:
+                lines[impl].wait_for("READY", args.case_timeout)
+            except (TimeoutError, EOFError) as exc:
+                results[impl] = {"impl": impl, "case": "tiny", "ok": False, "reason": str(exc)}
+        running = [i for i in impls if i not in results]
+        medians: dict[str, dict[str, float]] = {i: {} for i in running}
+        for block in range(args.blocks):
+            for impl in running if block % 2 == 0 else running[::-1]:
+                stdin = procs[impl].stdin
+                assert stdin is not None
+                stdin.write(f"run {args.block_calls}\n".encode())
+                stdin.flush()
+                lat = sorted(json.loads(lines[impl].wait_for("BLOCK ", args.case_timeout)))
+                medians[impl][str(block)] = _percentile(lat, 50) / 1e3
+        for impl in running:
+            stdin = procs[impl].stdin
+            assert stdin is not None
+            stdin.write(b"quit\n")
+            stdin.close()
+        for impl in running:
+            procs[impl].wait(timeout=60)
+            if procs[impl].returncode == 0 and outs[impl].exists():
+                result = json.loads(outs[impl].read_text())
+                result.update(per_round=medians[impl], blocks=args.blocks, seconds=0.0)
+            else:
+                log = (outs[impl].parent / "log.txt").read_text(errors="replace")
+                reason = f"exit {procs[impl].returncode}: {_last_error(log.splitlines()[-15:])}"
+                result = {"impl": impl, "case": "tiny", "ok": False, "reason": reason}
+            results[impl] = result
+    finally:
+        for proc in procs.values():
+            _sweep(proc.pid, None)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=10)
+    return results
+
+
 def _last_error(lines: list[str]) -> str:
     for line in reversed(lines):
         text = line.strip()
@@ -831,14 +996,22 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
     by = {(r["impl"], r["case"]): r for r in results}
     cases = [c for c in CASES if any(r["case"] == c for r in results)]
     label = {
-        "raw-bytes": "raw pyzmq, bytes echo",
-        "raw-envelope": "raw pyzmq, msgpack+pickle-5 envelope",
-        "harness": "**harness `@remote`**",
+        "raw-bytes": "raw pyzmq, bytes echo (TCP)",
+        "raw-bytes-ipc": "raw pyzmq, bytes echo (IPC)",
+        "raw-envelope": "raw pyzmq, msgpack+pickle-5 envelope (TCP)",
+        "harness": "**harness `@remote`** (TCP)",
+        "harness-ipc": "harness `@remote`, `local_ipc=True` (IPC)",
         "parl": "PARL 2.2.1 `@parl.remote_class`",
         "ray": "Ray actor",
     }
     if "array" in cases:
-        label_array = dict(label, **{"raw-bytes": "raw pyzmq, zero-copy frame echo"})
+        label_array = dict(
+            label,
+            **{
+                "raw-bytes": "raw pyzmq, zero-copy frame echo (TCP)",
+                "raw-bytes-ipc": "raw pyzmq, zero-copy frame echo (IPC)",
+            },
+        )
     # one entry per package; a package whose version differs between interpreters is listed
     # per implementation
     seen: dict[str, dict[str, str]] = {}
@@ -866,7 +1039,13 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
         f"subprocess per round (order reversed every other round); per round {header['calls']} "
         f"timed blocking calls after {header['warmup']} warm-up calls, latencies pooled over "
         f"the rounds; pipelined: {header['pipelined']} calls x {header['repeats']} timed "
-        f"repeats per round, window {header['window']}, 2 actors.",
+        f"repeats per round, window {header['window']}, 2 actors."
+        + (
+            f" Tiny case of {header['interleaved']}; latencies pooled over the blocks, "
+            f"ratios also block by block."
+            if header.get("interleaved")
+            else ""
+        ),
         "",
     ]
 
@@ -931,8 +1110,10 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
         ]
         how = {
             "raw-bytes": "DEALER sockets, reply frees a slot",
+            "raw-bytes-ipc": "same, over IPC",
             "raw-envelope": "same, with the envelope",
             "harness": "`.future()`, FIFO sliding window",
+            "harness-ipc": "same, over IPC",
             "parl": "`wait=False` futures, FIFO sliding window",
             "ray": f"batches of {header['window']} `.remote()` + `ray.get(list)`",
         }
@@ -972,22 +1153,36 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
         pa = by.get((a, case), {}).get("per_round", {})
         pb = by.get((b, case), {}).get("per_round", {})
         both = sorted(set(pa) & set(pb), key=int)
-        return ", ".join(f"{pa[k] / pb[k]:.2f}x" for k in both) if len(both) > 1 else ""
+        ratios = [pa[k] / pb[k] for k in both]
+        if len(ratios) > 6:  # interleaved blocks: their median and spread
+            ratios.sort()
+            q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+            return (
+                f"median {_percentile(ratios, 50):.2f}x, middle half {q1:.2f}-{q3:.2f}x "
+                f"({len(ratios)} blocks)"
+            )
+        return ", ".join(f"{r:.2f}x" for r in ratios) if len(ratios) > 1 else ""
 
+    # each harness variant against raw pyzmq over the same transport (the limit of its stack)
+    pairs = (
+        ("harness", "raw-bytes", "harness / raw bytes echo (TCP)"),
+        ("harness-ipc", "raw-bytes-ipc", "harness / raw bytes echo, both over IPC"),
+        ("harness", "raw-envelope", "harness / raw envelope (TCP)"),
+    )
     if "tiny" in cases:
-        h = get("harness", "tiny", "median_us")
-        for raw, name in (("raw-bytes", "raw bytes echo"), ("raw-envelope", "raw envelope")):
-            r = get(raw, "tiny", "median_us")
+        for mine, raw, what in pairs:
+            h, r = get(mine, "tiny", "median_us"), get(raw, "tiny", "median_us")
             v = h / r if h and r else None
             met = None if v is None else v <= 1.2
-            add(f"tiny RTT, harness / {name}", v, "<= 1.2x", met, "{:.2f}x",
-                paired("harness", raw, "tiny"))  # fmt: skip
+            add(f"tiny RTT, {what}", v, "<= 1.2x", met, "{:.2f}x",
+                paired(mine, raw, "tiny"))  # fmt: skip
     if "array" in cases:
-        h, r = get("harness", "array", "mb_per_s"), get("raw-bytes", "array", "mb_per_s")
-        v = h / r if h and r else None
-        met = None if v is None else v >= 0.70
-        add("1 MiB bandwidth, harness / raw zero-copy", v, ">= 0.70x", met, "{:.2f}x",
-            paired("harness", "raw-bytes", "array"))  # fmt: skip
+        for mine, raw, what in pairs[:2]:
+            h, r = get(mine, "array", "mb_per_s"), get(raw, "array", "mb_per_s")
+            v = h / r if h and r else None
+            met = None if v is None else v >= 0.70
+            add(f"1 MiB bandwidth, {what.replace('bytes echo', 'zero-copy')}", v, ">= 0.70x",
+                met, "{:.2f}x", paired(mine, raw, "array"))  # fmt: skip
     if "pipelined" in cases:
         h = get("harness", "pipelined", "calls_per_s")
         each = by.get(("harness", "pipelined"), {}).get("per_round", {})
@@ -1031,7 +1226,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--peers",
         default="raw,harness,parl,ray",
-        help="comma list of raw (both raw variants), raw-bytes, raw-envelope, harness, parl, ray",
+        help="comma list of raw (the three raw variants), raw-bytes, raw-bytes-ipc, "
+        "raw-envelope, harness (both transports), harness-ipc, parl, ray",
     )
     p.add_argument(
         "--calls", type=int, help="timed blocking calls per case (default 5000; quick 300)"
@@ -1060,6 +1256,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--case-timeout", type=float, help="seconds per case subprocess (default 300; quick 120)"
     )
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="tiny case: raw pyzmq and harness take turns in this many blocks (default 40; "
+        "quick 6; 0: separate runs per round like the other cases)",
+    )
+    p.add_argument("--block-calls", type=int, default=250, help="timed calls per block")
     p.add_argument("-v", "--verbose", action="store_true", help="print failing cases' logs")
     p.add_argument(
         "--from-json", metavar="FILE", help="only print the report of a run saved with --json"
@@ -1072,6 +1276,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parl-port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--serve-raw", choices=("bytes", "envelope"), help=argparse.SUPPRESS)
     p.add_argument("--copy", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--ipc", default="", help=argparse.SUPPRESS)
+    p.add_argument("--serve-blocks", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.calls is None:
         args.calls = 300 if args.quick else 5000
@@ -1083,6 +1289,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.repeats = 1 if args.quick else 3
     if args.rounds is None:
         args.rounds = 1 if args.quick else 2
+    if args.blocks is None:
+        args.blocks = 6 if args.quick else 40
     if args.case_timeout is None:
         args.case_timeout = 120.0 if args.quick else 300.0
     return args
@@ -1097,7 +1305,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report(saved["header"], results, impls))
         return 0
     if args.serve_raw:
-        serve_raw(args.serve_raw, bool(args.copy))
+        serve_raw(args.serve_raw, bool(args.copy), args.ipc)
         return 0
     if args.case_worker:
         case_main(args)
@@ -1107,7 +1315,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in cases if c not in CASES]
     peers: list[str] = []
     for name in (x.strip() for x in args.peers.split(",") if x.strip()):
-        peers += ["raw-bytes", "raw-envelope"] if name == "raw" else [name]
+        peers += {
+            "raw": ["raw-bytes", "raw-bytes-ipc", "raw-envelope"],
+            "harness": ["harness", "harness-ipc"],
+        }.get(name, [name])
     bad += [x for x in peers if x not in IMPLS]
     if bad:
         print(f"unknown case/peer: {', '.join(bad)}", file=sys.stderr)
@@ -1123,8 +1334,10 @@ def main(argv: list[str] | None = None) -> int:
     harness_py, harness_why = _harness_python()
     pythons: dict[str, tuple[Path | None, str]] = {
         "raw-bytes": (harness_py, harness_why),
+        "raw-bytes-ipc": (harness_py, harness_why),
         "raw-envelope": (harness_py, harness_why),
         "harness": (harness_py, harness_why),
+        "harness-ipc": (harness_py, harness_why),
     }
     for impl, venv in (("parl", ".venv-parl"), ("ray", ".venv-ray")):
         py = _venv_python(venv)
@@ -1145,10 +1358,10 @@ def main(argv: list[str] | None = None) -> int:
                                                      " " + shlex.join(sys.argv[1:])),
         network="each case in a private loopback-only network namespace" if netns_ok
         else "host network, 127.0.0.1",
-        venvs=", ".join(
+        venvs=", ".join(dict.fromkeys(
             f"{impl.split('-')[0]}: {why}" for impl, (py, why) in pythons.items()
-            if py is not None and impl in impls and impl != "raw-envelope"
-        ),
+            if py is not None and impl in impls
+        )),
         calls=args.calls, warmup=args.warmup, pipelined=args.pipelined,
         repeats=args.repeats, window=args.window, rounds=args.rounds,
     )  # fmt: skip
@@ -1157,7 +1370,23 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the running case is swept (see run_case)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    interleaved: dict[str, dict[str, Any]] = {}
+    local = [i for i in impls if i not in ("parl", "ray") and pythons[i][0] is not None]
+    if "tiny" in cases and args.blocks > 0 and len(local) > 1:
+        header["interleaved"] = (
+            f"{', '.join(local)}: {args.blocks} blocks of {args.block_calls} calls, taking "
+            f"turns (order reversed every other block)"
+        )
     with tempfile.TemporaryDirectory(prefix="br_") as tmp:
+        if "interleaved" in header:
+            started = time.monotonic()
+            local_pythons = {i: pythons[i][0] for i in local}
+            interleaved = run_interleaved(local, local_pythons, args, Path(tmp))  # type: ignore[arg-type]
+            for impl, result in interleaved.items():
+                shown = (f"median {result['median_us']:,.1f} us, p99 {result['p99_us']:,.1f} us"
+                         if result.get("ok") else f"not run: {result['reason']}")  # fmt: skip
+                print(f"  interleaved tiny {impl:12s} {shown}", file=sys.stderr)
+            print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
         for round_no in range(args.rounds):
             # odd rounds run the implementations in reverse order, so that slow drifts of the
             # machine's background load do not always hit the same one, while raw and harness
@@ -1165,6 +1394,8 @@ def main(argv: list[str] | None = None) -> int:
             order = impls if round_no % 2 == 0 else impls[::-1]
             for case in cases:
                 for impl in order:
+                    if case == "tiny" and impl in interleaved:
+                        continue
                     py, why = pythons[impl]
                     if py is None:
                         result = {"impl": impl, "case": case, "ok": False, "reason": why}
@@ -1183,6 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{result['reason']}", file=sys.stderr)  # fmt: skip
     header["loadavg_end"] = os.getloadavg()
     results = [merge_rounds(rs) for rs in rounds.values()]
+    results += [dict(r, rounds="interleaved") for r in interleaved.values()]
     text = report(header, results, impls)
     print(text)
     if args.markdown:
