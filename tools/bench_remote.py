@@ -634,6 +634,11 @@ def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
     return {**stats, "versions": {**_common_versions(), "ray": ray.__version__}}
 
 
+def _mb_per_s(median_us: float) -> float:
+    """Bandwidth of the array case: 2 x 1 MiB moved per round trip."""
+    return 2 * ARRAY_ELEMENTS * 4 / (median_us / 1e6) / 1e6
+
+
 def case_main(cfg: argparse.Namespace) -> None:
     """One (implementation, case) in this process; the result goes to ``cfg.out`` as JSON."""
     global _SERVE_BLOCKS
@@ -652,8 +657,7 @@ def case_main(cfg: argparse.Namespace) -> None:
         }
         result = runners[impl](case, cfg)
     if case == "array":
-        mib = ARRAY_ELEMENTS * 4
-        result["mb_per_s"] = 2 * mib / (result["median_us"] / 1e6) / 1e6
+        result["mb_per_s"] = _mb_per_s(result["median_us"])
     result.update(impl=impl, case=case, ok=True, loadavg=os.getloadavg())
     Path(cfg.out).write_text(json.dumps(result))
 
@@ -831,13 +835,13 @@ class _Lines:
 
 
 def run_interleaved(
-    impls: list[str], pythons: dict[str, Path], args: argparse.Namespace, tmp: Path
+    impls: list[str], pythons: dict[str, Path], args: argparse.Namespace, tmp: Path, case: str
 ) -> dict[str, dict[str, Any]]:
-    """The tiny case of ``impls`` at once: every worker sets up and warms up, then they take
-    turns, ``--blocks`` blocks of ``--block-calls`` timed calls each, in alternating order, so
-    every implementation meets the same machine (this VM's speed drifts by 20-40% within
-    minutes, which separate runs turn into noise in the ratios). Workers wait blocked on a
-    pipe while another measures."""
+    """A blocking-call case (tiny, array) of ``impls`` at once: every worker sets up and warms
+    up, then they take turns, ``--blocks`` blocks of ``--block-calls`` timed calls each, in
+    alternating order, so every implementation meets the same machine (this VM's speed drifts
+    by 20-40% within minutes, which separate runs turn into noise in the ratios). Workers wait
+    blocked on a pipe while another measures."""
     script = str(Path(__file__).resolve())
     procs: dict[str, subprocess.Popen[bytes]] = {}
     lines: dict[str, _Lines] = {}
@@ -845,12 +849,12 @@ def run_interleaved(
     results: dict[str, dict[str, Any]] = {}
     try:
         for impl in impls:
-            work = tmp / f"il-{impl}"
+            work = tmp / f"il-{case}-{impl}"
             work.mkdir()
             outs[impl] = work / "result.json"
             cmd = [
                 str(pythons[impl]), script, "--case-worker", "--serve-blocks", "--impl", impl,
-                "--case", "tiny", "--out", str(outs[impl]), "--calls", "0",
+                "--case", case, "--out", str(outs[impl]), "--calls", "0",
                 "--warmup", str(args.warmup),
             ]  # fmt: skip
             env = dict(os.environ, HOME=str(work), PYTHONUNBUFFERED="1", PYTHONPATH="")
@@ -865,7 +869,7 @@ def run_interleaved(
             try:
                 lines[impl].wait_for("READY", args.case_timeout)
             except (TimeoutError, EOFError) as exc:
-                results[impl] = {"impl": impl, "case": "tiny", "ok": False, "reason": str(exc)}
+                results[impl] = {"impl": impl, "case": case, "ok": False, "reason": str(exc)}
         running = [i for i in impls if i not in results]
         medians: dict[str, dict[str, float]] = {i: {} for i in running}
         for block in range(args.blocks):
@@ -875,7 +879,9 @@ def run_interleaved(
                 stdin.write(f"run {args.block_calls}\n".encode())
                 stdin.flush()
                 lat = sorted(json.loads(lines[impl].wait_for("BLOCK ", args.case_timeout)))
-                medians[impl][str(block)] = _percentile(lat, 50) / 1e3
+                median = _percentile(lat, 50) / 1e3
+                # per block: what the report compares (latency, or bandwidth for arrays)
+                medians[impl][str(block)] = median if case == "tiny" else _mb_per_s(median)
         for impl in running:
             stdin = procs[impl].stdin
             assert stdin is not None
@@ -889,7 +895,7 @@ def run_interleaved(
             else:
                 log = (outs[impl].parent / "log.txt").read_text(errors="replace")
                 reason = f"exit {procs[impl].returncode}: {_last_error(log.splitlines()[-15:])}"
-                result = {"impl": impl, "case": "tiny", "ok": False, "reason": reason}
+                result = {"impl": impl, "case": case, "ok": False, "reason": reason}
             results[impl] = result
     finally:
         for proc in procs.values():
@@ -975,7 +981,7 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         )
         del merged["lat_ns"]
         if "mb_per_s" in merged:
-            merged["mb_per_s"] = 2 * ARRAY_ELEMENTS * 4 / (merged["median_us"] / 1e6) / 1e6
+            merged["mb_per_s"] = _mb_per_s(merged["median_us"])
     else:
         merged["rates"] = [x for r in good for x in r["rates"]]
         merged["calls_per_s"] = statistics.median(merged["rates"])
@@ -1041,7 +1047,7 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
         f"the rounds; pipelined: {header['pipelined']} calls x {header['repeats']} timed "
         f"repeats per round, window {header['window']}, 2 actors."
         + (
-            f" Tiny case of {header['interleaved']}; latencies pooled over the blocks, "
+            f" The {header['interleaved']}; latencies pooled over the blocks, "
             f"ratios also block by block."
             if header.get("interleaved")
             else ""
@@ -1260,8 +1266,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--blocks",
         type=int,
         default=None,
-        help="tiny case: raw pyzmq and harness take turns in this many blocks (default 40; "
-        "quick 6; 0: separate runs per round like the other cases)",
+        help="tiny and array cases: raw pyzmq and harness take turns in this many blocks "
+        "(default 40; quick 6; 0: separate runs per round, as PARL, Ray and pipelined)",
     )
     p.add_argument("--block-calls", type=int, default=250, help="timed calls per block")
     p.add_argument("-v", "--verbose", action="store_true", help="print failing cases' logs")
@@ -1370,23 +1376,27 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the running case is swept (see run_case)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    interleaved: dict[str, dict[str, Any]] = {}
+    interleaved: dict[tuple[str, str], dict[str, Any]] = {}
     local = [i for i in impls if i not in ("parl", "ray") and pythons[i][0] is not None]
-    if "tiny" in cases and args.blocks > 0 and len(local) > 1:
+    blocking = [c for c in cases if c in ("tiny", "array")]
+    if blocking and args.blocks > 0 and len(local) > 1:
         header["interleaved"] = (
-            f"{', '.join(local)}: {args.blocks} blocks of {args.block_calls} calls, taking "
-            f"turns (order reversed every other block)"
+            f"{' and '.join(blocking)} case(s) of {', '.join(local)}: {args.blocks} blocks of "
+            f"{args.block_calls} calls, taking turns (order reversed every other block)"
         )
     with tempfile.TemporaryDirectory(prefix="br_") as tmp:
         if "interleaved" in header:
-            started = time.monotonic()
             local_pythons = {i: pythons[i][0] for i in local}
-            interleaved = run_interleaved(local, local_pythons, args, Path(tmp))  # type: ignore[arg-type]
-            for impl, result in interleaved.items():
-                shown = (f"median {result['median_us']:,.1f} us, p99 {result['p99_us']:,.1f} us"
-                         if result.get("ok") else f"not run: {result['reason']}")  # fmt: skip
-                print(f"  interleaved tiny {impl:12s} {shown}", file=sys.stderr)
-            print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            for case in blocking:
+                started = time.monotonic()
+                got = run_interleaved(local, local_pythons, args, Path(tmp), case)  # type: ignore[arg-type]
+                for impl, result in got.items():
+                    interleaved[impl, case] = result
+                    shown = (f"median {result['median_us']:,.1f} us, p99 "
+                             f"{result['p99_us']:,.1f} us" if result.get("ok")
+                             else f"not run: {result['reason']}")  # fmt: skip
+                    print(f"  interleaved {case:5s} {impl:14s} {shown}", file=sys.stderr)
+                print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
         for round_no in range(args.rounds):
             # odd rounds run the implementations in reverse order, so that slow drifts of the
             # machine's background load do not always hit the same one, while raw and harness
@@ -1394,7 +1404,7 @@ def main(argv: list[str] | None = None) -> int:
             order = impls if round_no % 2 == 0 else impls[::-1]
             for case in cases:
                 for impl in order:
-                    if case == "tiny" and impl in interleaved:
+                    if (impl, case) in interleaved:
                         continue
                     py, why = pythons[impl]
                     if py is None:
