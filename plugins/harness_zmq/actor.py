@@ -923,12 +923,17 @@ class _Actor:
                         and type(head.get("id")) is int
                     ):
                         try:
-                            if len(frames) == 1:  # arguments inline: scalars or a pickle
-                                args = head.get("a")
-                                if type(args) is list:
-                                    kwargs = {}
+                            inline = head.get("p")
+                            if inline is not None:  # the pickle inline, buffers as frames
+                                if len(frames) == 1:
+                                    args, kwargs = loads(inline)
                                 else:
-                                    args, kwargs = loads(head["p"])
+                                    args, kwargs = loads(inline, buffers=frames[1:])
+                            elif len(frames) == 1:  # scalars ("a")
+                                args = head["a"]
+                                if type(args) is not list:
+                                    raise TypeError("'a' is not a list")
+                                kwargs = {}
                             elif len(frames) == 2:
                                 args, kwargs = loads(frames[1])
                             else:
@@ -1001,8 +1006,12 @@ class _Actor:
         send(sock, ident, _SNDMORE)
         if not body:
             send(sock, head)
-        elif len(body) == 1 and len(body[0]) <= self.wire.INLINE_MAX:  # one frame (wire.py)
-            send(sock, b"\x84" + head[1:] + self.wire.P_KEY + msgpack.packb(body[0]))
+        elif len(body[0]) <= self.wire.INLINE_MAX:  # the pickle inline (wire.py)
+            inline = b"\x84" + head[1:] + self.wire.P_KEY + msgpack.packb(body[0])
+            if len(body) == 1:
+                send(sock, inline)
+            else:  # out-of-band buffers follow as frames
+                send_frames(sock, [inline, *body[1:]])
         elif len(body) == 1:
             send(sock, head, _SNDMORE)
             send(sock, body[0])

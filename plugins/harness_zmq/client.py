@@ -125,11 +125,12 @@ def _scalar_call(method: str, rid: int, args: tuple[Any, ...], kwargs: dict[str,
 
 
 def _call_frames(method: str, rid: int, body: list[Any]) -> list[Any]:
-    """The frames of a CALL: one when the payload fits inline (wire.INLINE_MAX), else the
-    header (without "p") and the payload frames."""
+    """The frames of a CALL: the pickle inline when it fits (wire.INLINE_MAX), followed by its
+    out-of-band buffers if any; else the header (without "p") and the payload frames."""
     head = _CALL_HEADS.get(method) or _call_head(method)
-    if len(body) == 1 and len(body[0]) <= _INLINE_MAX:
-        return [head + _packb(rid) + _P_KEY + _packb(body[0])]
+    if len(body[0]) <= _INLINE_MAX:
+        inline = head + _packb(rid) + _P_KEY + _packb(body[0])
+        return [inline] if len(body) == 1 else [inline, *body[1:]]
     return [b"\x84" + head[1:] + _packb(rid), *body]
 
 
@@ -521,11 +522,11 @@ class ZmqActor:
         if result:
             n = len(reply)
             try:
+                inline = msg.get("p")
+                if inline is not None:
+                    return _loads(inline) if n == 1 else _loads(inline, buffers=reply[1:])
                 if n == 1:
-                    if "r" in msg:
-                        return msg["r"]
-                    inline = msg.get("p")
-                    return None if inline is None else _loads(inline)
+                    return msg["r"] if "r" in msg else None
                 if n == 2:
                     return _loads(reply[1])
                 return _loads(reply[1], buffers=reply[2:])
@@ -760,12 +761,11 @@ class ZmqActor:
             if head.get("k") == "result" and head["v"] == PROTOCOL:  # the common case
                 n = len(frames)
                 try:
-                    if n == 1:
-                        if "r" in head:
-                            future.set_result(head["r"])
-                            continue
-                        inline = head.get("p")
-                        value = None if inline is None else _loads(inline)
+                    inline = head.get("p")
+                    if inline is not None:
+                        value = _loads(inline) if n == 1 else _loads(inline, buffers=frames[1:])
+                    elif n == 1:
+                        value = head["r"] if "r" in head else None
                     elif n == 2:
                         value = _loads(frames[1])
                     else:

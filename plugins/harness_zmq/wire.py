@@ -7,10 +7,10 @@ A message is a multipart ZeroMQ message (after the ROUTER identity frame, where 
                  its out-of-band buffers (numpy arrays travel as raw frames, never copied into
                  the pickle)
 
-A small payload with no out-of-band buffers (at most ``INLINE_MAX`` bytes: most calls and
-results) rides in the header instead, as the bin field ``"p"``: one frame per message (each
-extra ZeroMQ frame costs ~25 us of round trip on a small VM). :func:`payload` gives the
-payload frames of either form.
+A pickle stream of at most ``INLINE_MAX`` bytes (most calls and results) rides in the header
+instead, as the bin field ``"p"``, and its out-of-band buffers, if any, follow as frames 1..n:
+one frame per small message, and one fewer for every big one (each extra ZeroMQ frame costs
+~25 us of round trip on a small VM). :func:`payload` gives the payload frames of either form.
 
 Calls whose arguments are all plain scalars (exactly ``int``, ``float``, ``bool``, ``str``,
 ``bytes`` or ``None``; no keyword arguments) carry them as a msgpack array ``"a"`` in the CALL
@@ -50,8 +50,8 @@ SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
 exactly (ints beyond 64 bits do not pack: they fall back to a pickle)."""
 
 INLINE_MAX = 16384
-"""Payloads up to this many bytes (one pickle frame, no out-of-band buffers) travel inside the
-header frame as its bin field "p"."""
+"""Pickle streams up to this many bytes travel inside the header frame as its bin field "p"
+(their out-of-band buffers, if any, follow as frames)."""
 
 # bigger buffers than this go out-of-band as their own frames; smaller ones stay in the pickle
 # (a ZeroMQ frame costs more than copying a few KB)
