@@ -526,7 +526,7 @@ class ZmqActor:
                 if inline is not None:
                     return _loads(inline) if n == 1 else _loads(inline, buffers=reply[1:])
                 if n == 1:
-                    return msg["r"] if "r" in msg else None
+                    return msg.get("r")
                 if n == 2:
                     return _loads(reply[1])
                 return _loads(reply[1], buffers=reply[2:])
@@ -765,7 +765,7 @@ class ZmqActor:
                     if inline is not None:
                         value = _loads(inline) if n == 1 else _loads(inline, buffers=frames[1:])
                     elif n == 1:
-                        value = head["r"] if "r" in head else None
+                        value = head.get("r")
                     elif n == 2:
                         value = _loads(frames[1])
                     else:
