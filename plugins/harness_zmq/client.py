@@ -53,6 +53,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from concurrent.futures._base import RUNNING as _RUNNING
 from multiprocessing.connection import wait as wait_handles
 from pathlib import Path
@@ -95,6 +96,7 @@ _A_KEY = wire.A_KEY
 _SCALARS = wire.SCALARS
 _NOBLOCK = int(zmq.NOBLOCK)
 _POLLIN = int(zmq.POLLIN)
+_DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})  # Future.done()'s states
 _PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
 _CALL_HEADS: dict[str, bytes] = {}
 
@@ -931,7 +933,7 @@ class _Completions(Completions):
         waiting = self._waiting.get(actor)
         if waiting is None:
             return
-        while waiting and waiting[0][0].done():
+        while waiting and waiting[0][0]._state in _DONE:  # (done() without its lock)
             self._done.append(waiting.popleft())
             actor._collected -= 1
         if not waiting:

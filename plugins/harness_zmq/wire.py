@@ -230,11 +230,33 @@ except ImportError:  # pragma: no cover - numpy is a dependency of harness
     _ndarray = None
 
 
-def plain(obj: Any) -> bool:
+_CONTAINERS = (dict, list, tuple)
+PLAIN_MAX_ITEMS = 64
+"""Containers bigger than this are not inspected (cloudpickle takes them as they are)."""
+
+
+def plain(obj: Any, depth: int = 0) -> bool:
     """Whether the C pickler pickles ``obj`` exactly as cloudpickle would: builtin scalars,
-    str, bytes and numpy arrays of a non-object dtype (the fast path of :func:`dumps`)."""
+    str, bytes, numpy arrays of a non-object dtype, and dicts, lists and tuples of those (up
+    to 3 levels, ``PLAIN_MAX_ITEMS`` each): the fast path of :func:`dumps`. A rollout dict of
+    arrays pickles in ~10 us this way against ~50 us through cloudpickle, whose per-object
+    Python hook is what costs."""
     kind = type(obj)
-    return kind in _PLAIN or (kind is _ndarray and not obj.dtype.hasobject)
+    if kind in _PLAIN:
+        return True
+    if kind is _ndarray:
+        return not obj.dtype.hasobject
+    if kind not in _CONTAINERS or depth >= 3 or len(obj) > PLAIN_MAX_ITEMS:
+        return False
+    if kind is dict:
+        for key, value in obj.items():
+            if type(key) not in _PLAIN or not plain(value, depth + 1):
+                return False
+        return True
+    for value in obj:
+        if not plain(value, depth + 1):
+            return False
+    return True
 
 
 def dumps_plain(obj: Any) -> list[Any]:

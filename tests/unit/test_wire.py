@@ -234,3 +234,46 @@ def test_inline_payload_rides_in_the_header() -> None:
     bad = msgpack.packb({"v": PROTOCOL, "k": "result", "id": 7, "p": "text"})
     with pytest.raises(MalformedFrame, match="'p' is a str"):
         wire.unpack([bad])
+
+
+def test_plain_values_take_the_c_pickler_and_round_trip() -> None:
+    """wire.plain: what the C pickler pickles exactly as cloudpickle would, containers of
+    plain values included; anything else goes through cloudpickle."""
+    import collections
+
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    plain_values = [
+        1, 2.5, None, "s", b"b", True, arr,
+        {"obs": arr, "episodes": [(200.0, 200)], "extras": {}, "n": 3},
+        [arr, (1, "a"), {"k": [None]}],
+        {i: i for i in range(wire.PLAIN_MAX_ITEMS)},
+    ]  # fmt: skip
+    point = collections.namedtuple("point", "x y")
+    not_plain = [
+        lambda x: x,
+        np.array([object()], dtype=object),
+        {"f": print},
+        [[[[1]]]],  # deeper than 3 levels
+        list(range(wire.PLAIN_MAX_ITEMS + 1)),
+        collections.OrderedDict(a=1),
+        point(1, 2),
+        {(1, 2): 3},  # a key that is not a plain scalar
+        {1, 2},
+    ]
+    for value in plain_values:
+        assert wire.plain(value), value
+        back = wire.loads(wire.dumps(value))
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(back, value)
+        elif isinstance(value, dict) and "obs" in value:
+            np.testing.assert_array_equal(back["obs"], arr)
+            assert back["episodes"] == [(200.0, 200)] and back["extras"] == {} and back["n"] == 3
+        elif isinstance(value, list) and isinstance(value[0], np.ndarray):
+            assert back[1:] == value[1:]
+        else:
+            assert back == value and type(back) is type(value)
+    for value in not_plain:
+        assert not wire.plain(value), value
+    assert wire.loads(wire.dumps(point(1, 2))) == (1, 2)
+    big = np.zeros(100_000, np.float64)  # out of band as its own frame on either path
+    assert len(wire.dumps({"w": big, "v": 1})) == 2
