@@ -253,10 +253,7 @@ def plain(obj: Any, depth: int = 0) -> bool:
             if type(key) not in _PLAIN or not plain(value, depth + 1):
                 return False
         return True
-    for value in obj:
-        if not plain(value, depth + 1):
-            return False
-    return True
+    return all(plain(value, depth + 1) for value in obj)
 
 
 def dumps_plain(obj: Any) -> list[Any]:
