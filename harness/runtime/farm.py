@@ -187,6 +187,8 @@ class FarmCollector:
         self.restarts = 0
         self.received_steps = 0
         self.lost_rollouts = 0
+        self._device_at = -1e9  # when the learner's device stats were last looked up
+        self._device: dict[str, float] = {}
         self.lags: list[int] = []
         self._stepped = 0  # env steps in the rollouts received since the last metrics
         self._stepping = 0.0  # actor seconds spent in those rollouts
@@ -381,15 +383,30 @@ class FarmCollector:
         self._stepped = 0
         report = getattr(self.client, "report_metrics", None)
         if report is not None:
-            report(
-                {
-                    "steps_per_s": metrics["farm/actor_sps_mean"] * len(self.slots),
-                    "policy_lag": metrics["farm/policy_lag"],
-                    "inbox": metrics["farm/inbox"],
-                    "dropped": metrics["farm/lost_rollouts"],
-                }
-            )
+            shown = {
+                "steps_per_s": metrics["farm/actor_sps_mean"] * len(self.slots),
+                "policy_lag": metrics["farm/policy_lag"],
+                "inbox": metrics["farm/inbox"],
+                "dropped": metrics["farm/lost_rollouts"],
+            }
+            report({**shown, **self._learner_device(run)})
         return metrics
+
+    def _learner_device(self, run: Run) -> dict[str, float]:
+        """The learner's accelerator for the cluster monitor, looked up at most once per
+        second (an NVML query per learner iteration would cost more than the iteration)."""
+        now = time.monotonic()
+        if now - self._device_at >= 1.0:
+            self._device_at = now
+            stats: dict[str, float] = getattr(run.agent.backend, "device_stats", dict)()
+            keys = {
+                "gpu/util": "gpu_util",
+                "gpu/memory_used_mb": "gpu_memory_used_mb",
+                "gpu/memory_total_mb": "gpu_memory_total_mb",
+                "gpu/torch_allocated_mb": "gpu_torch_mb",
+            }
+            self._device = {short: float(stats[key]) for key, short in keys.items() if key in stats}
+        return self._device
 
     def close(self) -> None:
         self._arrivals.close()

@@ -486,6 +486,7 @@ tr.dead td { color: var(--muted); }
         <th>id</th><th>host</th><th class="num">pid</th><th class="num">actors</th>
         <th class="num">connected</th><th class="num">steps/s</th>
         <th class="num">policy lag</th><th class="num">inbox</th><th class="num">dropped</th>
+        <th>learner GPU util / memory</th>
       </tr></thead>
       <tbody></tbody>
     </table>
@@ -602,8 +603,18 @@ function clientRow(c) {
   return el("tr", {data: {clientId: c.id}}, [
     idCell(c), td(c.host), td(c.pid, "num"), td(c.actors, "num"),
     td(duration(c.connected_s), "num"), td(fixed(m.steps_per_s, 1), "num"),
-    td(fixed(m.policy_lag, 2), "num"), td(m.inbox, "num"), dropped,
+    td(fixed(m.policy_lag, 2), "num"), td(m.inbox, "num"), dropped, learnerGpu(m),
   ]);
+}
+
+function learnerGpu(m) {
+  // what a CUDA learner reports (harness.runtime.farm): NVML's view, else torch's allocations
+  if (isNum(m.gpu_util)) {
+    return td(fixed(m.gpu_util, 0) + "% · " + mb(m.gpu_memory_used_mb) + " / "
+              + mb(m.gpu_memory_total_mb));
+  }
+  if (isNum(m.gpu_torch_mb)) return td("torch " + mb(m.gpu_torch_mb));
+  return el("td", {cls: "muted", text: "none"});
 }
 
 function jobRow(j) {

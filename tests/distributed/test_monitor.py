@@ -96,8 +96,24 @@ def sample_status() -> dict[str, Any]:
                 "pid": 3,
                 "actors": 1,
                 "connected_s": 10.0,
-                "metrics": {"steps_per_s": 1500.0, "policy_lag": 0.5, "inbox": 2, "dropped": 0},
-            }
+                "metrics": {
+                    "steps_per_s": 1500.0,
+                    "policy_lag": 0.5,
+                    "inbox": 2,
+                    "dropped": 0,
+                    "gpu_util": 63.0,
+                    "gpu_memory_used_mb": 2048.0,
+                    "gpu_memory_total_mb": 81920.0,
+                },
+            },
+            {
+                "id": "c2",
+                "host": "10.0.0.7",
+                "pid": 5,
+                "actors": 0,
+                "connected_s": 2.0,
+                "metrics": {"steps_per_s": 0.0, "policy_lag": 0.0, "inbox": 0, "dropped": 0},
+            },
         ],
         "jobs": [
             {
@@ -437,6 +453,8 @@ class _PageReader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.worker_ids: list[str] = []
+        self.client_rows: dict[str, str] = {}  # client id -> its row's text
+        self._client: str | None = None
         self.in_workers = 0
         self.error_classes: str | None = None
         self.error_text = ""
@@ -452,6 +470,11 @@ class _PageReader(HTMLParser):
                 self.in_workers = 1
         if tag == "tr" and self.in_workers and "data-worker-id" in a:
             self.worker_ids.append(a["data-worker-id"] or "")
+        if tag == "tr" and "data-client-id" in a:
+            self._client = a["data-client-id"] or ""
+            self.client_rows[self._client] = ""
+        elif tag == "td" and self._client is not None:
+            self.client_rows[self._client] += " | "
         if a.get("id") == "error":
             self.error_classes = a.get("class") or ""
             self._capture = "error"
@@ -459,12 +482,16 @@ class _PageReader(HTMLParser):
             self._capture = "updated"
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._client = None
         if tag == "table" and self.in_workers:
             self.in_workers -= 1
         if tag in ("div", "span"):
             self._capture = None
 
     def handle_data(self, data: str) -> None:
+        if self._client is not None:
+            self.client_rows[self._client] += data
         if self._capture == "error":
             self.error_text += data
         elif self._capture == "updated":
@@ -496,6 +523,9 @@ def test_browser_renders_the_workers(chromium: str, tmp_path: Path) -> None:
         shot = screenshot(chromium, tmp_path, s.url, "monitor.png")
     expected = [w["id"] for w in sample_status()["workers"]]
     assert page.worker_ids == expected  # markup in an id stays text
+    # a CUDA learner's GPU (what the farm reports through its client), and none for the other
+    assert page.client_rows["c1"].endswith("| 63% · 2.0 GB / 80.0 GB"), page.client_rows
+    assert page.client_rows["c2"].endswith("| none"), page.client_rows
     assert page.updated_text.startswith("last updated"), page.updated_text
     assert page.error_classes is not None and "show" not in page.error_classes.split()
     print(f"screenshot: {shot}")
