@@ -14,22 +14,28 @@ The run id is kept in ``RUN_DIR/wandb_run.json``, so ``harness run --resume RUN_
 the same W&B run. ``HARNESS_WANDB_GROUP`` groups runs (``harness tune`` sets it per study);
 ``WANDB_PROJECT``/``WANDB_ENTITY`` pick the project (default ``harness``). Without an API key, or
 when the W&B host is unreachable, the run is recorded offline under ``RUN_DIR/wandb`` and one
-warning says how to ``wandb sync`` it. W&B never stops training: start-up and finish are
-bounded in time, and any failure disables the tracker with one warning.
+warning says how to ``wandb sync`` it. W&B never stops training: wandb runs in a child
+process (:mod:`harness_wandb.worker`) fed through a pipe, so its import, start-up and logging
+cost the training process almost nothing; the finish is bounded in time, and any failure
+disables the tracker with one warning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import logging
 import netrc
 import os
-import re
+import queue
 import secrets
 import socket
 import string
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -106,93 +112,78 @@ def _config_dict(config: Any) -> dict[str, Any]:
     return dict(config)
 
 
-def _bounded(fn: Callable[[], Any], timeout: float, what: str) -> bool:
-    """Run ``fn`` in a daemon thread; False (and the thread left behind) when it takes longer
-    than ``timeout`` seconds. Exceptions propagate."""
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # re-raised in the caller's thread
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name=f"harness-wandb-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        return False
-    if error:
-        raise error[0]
-    return True
+MAX_PENDING_ROWS = 100_000
+"""Rows queued for the W&B process before more are dropped (with one warning)."""
 
 
 class WandbTracker:
-    """One W&B run per harness run directory (see the module docstring)."""
+    """One W&B run per harness run directory (see the module docstring). wandb itself runs in
+    a child process (:mod:`harness_wandb.worker`); this object only queues JSON lines to it."""
 
     def __init__(self, run_dir: Path, config: Any = None, start_step: int = 0) -> None:
-        try:
-            import wandb
-        except ImportError as exc:
+        if importlib.util.find_spec("wandb") is None:
             raise PluginError(
-                f"the wandb tracker needs the wandb package ({exc}); pip install 'harness[wandb]'"
-            ) from None
-        self._wandb = wandb
+                "the wandb tracker needs the wandb package; pip install 'harness[wandb]'"
+            )
         self.run_dir = Path(run_dir)
-        self.last_step = start_step
+        self.last_step = self._start_step = start_step
+        self._closed = False
+        self._failed = False
+        self._dropped = False
+        self._finished = threading.Event()
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(MAX_PENDING_ROWS)
         try:
-            self.run = self._start(config, start_step)
+            init = self._init_arguments(config)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "harness_wandb.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log_file(),
+                text=True,
+                encoding="utf-8",
+                cwd=self.run_dir,
+            )
         except Exception as exc:
             raise PluginError(f"W&B could not start ({type(exc).__name__}: {exc})") from exc
+        self._queue.put({"init": init, "start_step": start_step})
+        self._writer = threading.Thread(
+            target=self._write, name="harness-wandb-writer", daemon=True
+        )
+        self._reader = threading.Thread(target=self._read, name="harness-wandb-reader", daemon=True)
+        self._writer.start()
+        self._reader.start()
 
-    def _start(self, config: Any, start_step: int) -> Any:
-        wandb = self._wandb
+    def _init_arguments(self, config: Any) -> dict[str, Any]:
         saved = self._saved()
         run_id = saved.get("id") or new_run_id()
         project = os.environ.get("WANDB_PROJECT") or saved.get("project") or DEFAULT_PROJECT
         group = os.environ.get("HARNESS_WANDB_GROUP") or saved.get("group") or None
-        mode, why = choose_mode()
+        self._mode, self._why = choose_mode()
         # persisted before init: a crash during start-up still resumes the same run id
         record = {"id": run_id, "project": project, "group": group}
         write_atomic_text(self.run_dir / RUN_FILE, json.dumps(record, indent=2))
+        self.run_id = run_id
         cfg = _config_dict(config)
         run_cfg = cfg.get("run", {})
         wandb_dir = Path(os.environ.get("WANDB_DIR") or self.run_dir)
         wandb_dir.mkdir(parents=True, exist_ok=True)
-        settings = wandb.Settings(
-            init_timeout=_env_float("HARNESS_WANDB_INIT_TIMEOUT", 60.0),
-            silent=os.environ.get("WANDB_SILENT", "true").lower() != "false",
-            console="off",  # harness logs its own output; no stdout wrapping in the hot loop
-        )
-        run = wandb.init(
-            project=project,
-            id=run_id,
-            resume="allow",
-            name=self.run_dir.name,
-            group=group,
-            tags=[str(run_cfg[k]) for k in ("algo", "env") if k in run_cfg] or None,
-            config=cfg,
-            dir=str(wandb_dir),
-            mode=mode,  # type: ignore[arg-type]
-            reinit="create_new",  # several runs in one process (tuning) never touch each other
-            settings=settings,
-        )
-        run.define_metric(STEP_KEY)
-        run.define_metric("*", step_metric=STEP_KEY)
-        if mode == "offline":
-            sync_dir = Path(run.settings.sync_dir)
-            pattern = sync_dir.parent / f"offline-run-*-{run_id}"
-            log.warning(
-                "W&B runs offline (%s): run %s is saved under %s. Upload it later with: "
-                "wandb sync %s",
-                why,
-                run_id,
-                sync_dir,
-                pattern if start_step else sync_dir,
-            )
-        else:
-            log.info("W&B run %s (%s): %s", run_id, mode, getattr(run, "url", ""))
-        return run
+        return {
+            "project": project,
+            "id": run_id,
+            "resume": "allow",
+            "name": self.run_dir.name,
+            "group": group,
+            "tags": [str(run_cfg[k]) for k in ("algo", "env") if k in run_cfg] or None,
+            "config": json.loads(json.dumps(cfg, default=str)),
+            "dir": str(wandb_dir),
+            "mode": self._mode,
+        }
+
+    def _log_file(self) -> Any:
+        """wandb's own messages (stderr of the W&B process) go to RUN_DIR/wandb/worker.log."""
+        path = self.run_dir / "wandb" / "worker.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("a", encoding="utf-8")
 
     def _saved(self) -> dict[str, Any]:
         path = self.run_dir / RUN_FILE
@@ -205,46 +196,109 @@ class WandbTracker:
             log.warning("%s is not valid JSON; starting a new W&B run", path)
             return {}
 
+    # -- the pipes -------------------------------------------------------------------------
+    def _write(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    break
+                stdin.write(json.dumps(item) + "\n")
+                stdin.flush()
+        except (OSError, ValueError):  # the W&B process is gone: _read says why
+            pass
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                stdin.close()
+
+    def _read(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        try:
+            for line in stdout:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                kind = msg.get("k")
+                if kind == "started":
+                    self._started(msg)
+                elif kind == "error":
+                    self._fail(str(msg.get("message", "")))
+                elif kind == "warning":
+                    log.warning("W&B: %s", msg.get("message", ""))
+                elif kind == "finished":
+                    self._finished.set()
+        finally:
+            if not self._finished.is_set() and not self._failed:
+                self._fail(f"the W&B process exited early (log: {self.run_dir / 'wandb'})")
+            self._finished.set()
+
+    def _started(self, msg: dict[str, Any]) -> None:
+        sync_dir = Path(str(msg.get("sync_dir", "")))
+        if self._mode == "offline":
+            pattern = sync_dir.parent / f"offline-run-*-{self.run_id}"
+            log.warning(
+                "W&B runs offline (%s): run %s is saved under %s. Upload it later with: "
+                "wandb sync %s",
+                self._why,
+                self.run_id,
+                sync_dir,
+                pattern if self._start_step else sync_dir,
+            )
+        else:
+            log.info("W&B run %s (%s): %s", self.run_id, self._mode, msg.get("url", ""))
+
+    def _fail(self, message: str) -> None:
+        if not self._failed:
+            self._failed = True
+            log.warning("tracker 'wandb' is disabled, the run goes on without it: %s", message)
+
+    # -- the tracker interface ---------------------------------------------------------------
     def record(self, step: int, metrics: Mapping[str, float]) -> None:
-        if self.run is None:
+        if self._failed:
             return
         self.last_step = step
-        self.run.log({STEP_KEY: step, **metrics})
+        row: dict[str, float] = {}
+        for key, value in metrics.items():
+            with contextlib.suppress(TypeError, ValueError):
+                row[key] = float(value)
+        try:
+            self._queue.put_nowait({"s": step, "m": row})
+        except queue.Full:
+            if not self._dropped:
+                self._dropped = True
+                log.warning("W&B falls behind: rows are dropped until it catches up")
 
     def close(self) -> None:
-        """Log the learning curve and checkpoints, then finish (bounded by
-        ``HARNESS_WANDB_FINISH_TIMEOUT`` seconds, default 120). Never raises."""
-        run, self.run = self.run, None
-        if run is None:
+        """Log the learning curve and checkpoints, then finish: waits for the W&B process at
+        most ``HARNESS_WANDB_FINISH_TIMEOUT`` seconds (default 120). Never raises."""
+        if self._closed:
             return
-        try:
-            self._log_outputs(run)
-        except Exception as exc:
-            log.warning("W&B: could not log the learning curve or checkpoints: %s", exc)
+        self._closed = True
+        close = {
+            "curve": str(self.run_dir / "learning_curve.png"),
+            "checkpoints": str(self.run_dir / "checkpoints"),
+            "step": self.last_step,
+            "name": self.run_dir.name,
+        }
+        with contextlib.suppress(queue.Full):
+            self._queue.put({"close": close}, timeout=5.0)
+            self._queue.put(None, timeout=5.0)
         timeout = _env_float("HARNESS_WANDB_FINISH_TIMEOUT", 120.0)
-        try:
-            if not _bounded(run.finish, timeout, "finish"):
-                log.warning(
-                    "W&B did not finish within %g s; the data is in %s, upload it with "
-                    "`wandb sync`",
-                    timeout,
-                    run.settings.sync_dir,
-                )
-        except Exception as exc:
-            log.warning("W&B: finishing run %s failed: %s", run.id, exc)
-
-    def _log_outputs(self, run: Any) -> None:
-        wandb = self._wandb
-        curve = self.run_dir / "learning_curve.png"
-        if curve.exists():
-            run.log({"charts/learning_curve": wandb.Image(str(curve)), STEP_KEY: self.last_step})
-        checkpoints = self.run_dir / "checkpoints"
-        if checkpoints.is_dir() and any(checkpoints.glob("step_*")):
-            name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{self.run_dir.name}-checkpoints")
-            artifact = wandb.Artifact(name, type="model", metadata={"step": self.last_step})
-            # immutable: hashed in place, not copied to wandb's staging area
-            artifact.add_dir(str(checkpoints), policy="immutable")
-            run.log_artifact(artifact, aliases=["latest", f"step-{self.last_step}"])
+        if not self._finished.wait(timeout):
+            log.warning(
+                "W&B did not finish within %g s; it goes on in the background (pid %d), and "
+                "an offline run can be uploaded with `wandb sync`",
+                timeout,
+                self._proc.pid,
+            )
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=10.0)
+        self._reader.join(timeout=5.0)
 
 
 @hookimpl
