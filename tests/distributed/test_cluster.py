@@ -9,6 +9,7 @@ create time, or the Popen it holds); every wait is bounded. State files go to a 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import random
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -685,3 +687,48 @@ def test_curve_cluster_admits_only_clients_with_the_keys(
     assert "malformed" not in master_log and "refused" not in master_log
     proc = cli("status", c.address, "--keys", str(keys), env=env)
     assert proc.returncode == 0 and "curve on" in proc.stdout
+
+
+def test_tune_runs_its_trials_as_jobs_on_a_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    """`harness tune --jobs 2 --cluster ADDRESS`: both trial workers are placed by the master
+    on the cluster's worker, trials overlap and the study completes."""
+    optuna = pytest.importorskip("optuna")
+    from harness.cli import main as harness_main
+    from harness.config import find_pack_file
+
+    pack = find_pack_file(Path(__file__).resolve().parents[2] / "competitions" / "cartpole")
+    config = tmp_path / "tune.toml"
+    config.write_text(
+        '[tune]\npruner = "none"\n[tune.space]\n'
+        '"algo.learning_rate" = { type = "float", low = 1e-4, high = 3e-3, log = true }\n'
+    )
+    args = ["tune", str(pack), "--config", str(config), "--out", str(tmp_path / "studies")]
+    args += ["--trials", "2", "--jobs", "2", "--study", "cl", "--cluster", cluster.address]
+    for text in ("run.total_steps=4096", "run.eval_every=2048", "run.eval_episodes=3"):
+        args += ["--set", text]
+    args += ["--set", "run.checkpoint_every=0", "--set", "run.trackers=['csv']"]
+    job_pids: set[int] = set()  # what the master shows as its jobs while the study runs
+    running = threading.Event()
+    running.set()
+
+    def watch_jobs() -> None:
+        while running.is_set():
+            with contextlib.suppress(Exception):
+                job_pids.update(int(j["pid"]) for j in cluster.status()["jobs"] if j.get("pid"))
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch_jobs, daemon=True)
+    watcher.start()
+    try:
+        assert harness_main(args) == 0
+    finally:
+        running.clear()
+        watcher.join(timeout=10)
+    storage = f"sqlite:///{tmp_path / 'studies' / 'cl' / 'study.db'}"
+    trials = optuna.load_study(study_name="cl", storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    workers = [t.user_attrs["worker"] for t in trials]
+    pids = {w["pid"] for w in workers}
+    assert len(pids) == 2 and pids <= job_pids, (pids, job_pids)  # the cluster's jobs ran them
+    a, b = workers
+    assert a["start"] < b["end"] and b["start"] < a["end"], "the two trials did not overlap"

@@ -5,7 +5,9 @@ with tiny step budgets.
   pruner at its first evaluation; best.toml reproduces the best trial's config.
 - `harness tune` killed with SIGKILL mid-trial and run again finishes the study with exactly
   N finished trials; the killed trial is FAIL and the trials finished before are unchanged.
-- --jobs 2 runs trials concurrently in two actor processes of the embedded local farm.
+- --jobs 2 runs trials concurrently in two actor processes of the embedded local farm; an
+  actor killed mid-trial fails that trial only (tests/distributed/test_cluster.py runs the
+  same over a `harness cluster`).
 - bad input (unknown key, empty/inverted range, unknown distribution, no [tune], unreachable
   storage) fails before any trial, naming the key or URL.
 """
@@ -172,6 +174,44 @@ def test_two_jobs_run_concurrently_on_the_local_farm(tmp_path: Path) -> None:
     assert len({w["pid"] for w in workers}) == 2
     a, b = workers[0], workers[1]
     assert a["start"] < b["end"] and b["start"] < a["end"], "the first two trials did not overlap"
+
+
+def test_a_worker_killed_mid_trial_fails_that_trial_and_the_study_completes(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of a trial's actor: that trial is FAIL, a new actor takes its place and the study
+    still ends with the requested number of finished trials (none left RUNNING)."""
+    import threading
+
+    import psutil
+
+    config = tune_file(tmp_path, '[tune]\npruner = "none"\n' + LR_SPACE)
+    args = tune_args(tmp_path, config, "--trials", "3", "--jobs", "2", "--study", "kill")
+    trials_dir = tmp_path / "studies" / "kill" / "trials"
+    killed: list[int] = []
+
+    def kill_one_actor_mid_trial() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            if list(trials_dir.glob("trial_*/metrics.csv")):  # a trial is training
+                for proc in psutil.Process().children(recursive=True):
+                    try:
+                        if proc.name().startswith("harness-a"):
+                            proc.kill()
+                            killed.append(proc.pid)
+                            return
+                    except psutil.Error:
+                        continue
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_actor_mid_trial, daemon=True)
+    killer.start()
+    assert cli.main(args) == 0
+    killer.join(timeout=10)
+    assert killed, "no trial actor was found to kill"
+    states = [t.state for t in load(tmp_path, "kill").get_trials()]
+    assert states.count(TrialState.COMPLETE) == 3, states
+    assert states.count(TrialState.FAIL) == 1 and TrialState.RUNNING not in states, states
 
 
 # ------------------------------------------------------------------------------------------
