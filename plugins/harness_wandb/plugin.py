@@ -145,7 +145,7 @@ class WandbTracker:
             )
         except Exception as exc:
             raise PluginError(f"W&B could not start ({type(exc).__name__}: {exc})") from exc
-        self._queue.put({"init": init, "start_step": start_step})
+        self._queue.put({"init": init, "start_step": start_step, "trainer_pid": os.getpid()})
         self._writer = threading.Thread(
             target=self._write, name="harness-wandb-writer", daemon=True
         )

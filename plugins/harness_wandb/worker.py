@@ -3,7 +3,8 @@
 The training process never imports wandb: :class:`harness_wandb.plugin.WandbTracker` starts
 ``python -m harness_wandb.worker`` and sends it JSON lines on stdin:
 
-* first ``{"init": {...wandb.init arguments...}, "start_step": N}``;
+* first ``{"init": {...wandb.init arguments...}, "start_step": N, "trainer_pid": PID}``
+  (wandb's system monitor then samples the training process, not this one);
 * then one ``{"s": step, "m": {metric: value}}`` per recorded row;
 * last ``{"close": {"curve": PATH|null, "checkpoints": PATH|null, "step": N, "name": NAME}}``
   (or end of input, when the trainer died: the run is finished all the same).
@@ -59,13 +60,16 @@ def main() -> int:
     if not first:
         return 0
     try:
-        kwargs = json.loads(first)["init"]
+        request = json.loads(first)
+        kwargs = request["init"]
         import wandb
 
         settings = wandb.Settings(
             init_timeout=_float("HARNESS_WANDB_INIT_TIMEOUT", 60.0),
             silent=os.environ.get("WANDB_SILENT", "true").lower() != "false",
             console="off",  # no stdout wrapping: stdout is the pipe to the trainer
+            # system metrics of the training process (and its children), not of this one
+            x_stats_pid=int(request.get("trainer_pid") or os.getppid()),
         )
         run = wandb.init(**kwargs, reinit="create_new", settings=settings)
         run.define_metric(STEP_KEY)
