@@ -46,6 +46,7 @@ from harness.errors import HarnessError
 from harness.remote import ActorLost, ActorOptions, Client, RemoteClass, completions
 
 if TYPE_CHECKING:
+    from harness.registry import Registry
     from harness.runtime.run import Run
 
 log = logging.getLogger(__name__)
@@ -123,11 +124,11 @@ class RolloutActor:
         self.envs.close()
 
 
-def _preload_modules(run: Run) -> list[str]:
+def preload_modules(config: Config, registry: Registry) -> list[str]:
     """Modules an embedded farm's actors should share with their fork server instead of each
-    importing them (the plugins the actor uses and, for the torch backend, torch: ~150 MB per
-    actor otherwise)."""
-    cfg, registry = run.config.run, run.registry
+    importing them (the plugins a run of ``config`` uses and, for the torch backend, torch:
+    ~150 MB per actor and 1-2 s of start-up otherwise)."""
+    cfg = config.run
     modules = ["harness.runtime.farm", "harness.runtime.run", "harness.plugins"]
     for obj in (
         registry.algorithms.get(cfg.algo).make_agent,
@@ -171,7 +172,7 @@ class FarmCollector:
         if cfg.cluster_keys:
             options["keys"] = cfg.cluster_keys
         if not cfg.cluster:
-            options["preload"] = _preload_modules(run)
+            options["preload"] = preload_modules(run.config, run.registry)
         spec = run.registry.transports.get(cfg.transport)
         self.client: Client = spec.connect(cfg.cluster or None, **options)
         self.actor_cls = RemoteClass(

@@ -8,11 +8,13 @@ does not count), so a killed study continues where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -217,14 +219,17 @@ class RemoteExecutor:
     """``jobs`` :class:`TrialWorker` actors on the embedded local farm or a cluster; a lost
     actor is replaced for the next trial."""
 
-    def __init__(self, jobs: int, cluster: str | None) -> None:
+    def __init__(self, jobs: int, cluster: str | None, preload: list[str] | None = None) -> None:
         import harness
         from harness.remote import ActorOptions, RemoteClass
 
         cpus = max(jobs, os.cpu_count() or 1)
         # the local farm's actors are the only busy processes here (this one just waits):
-        # no lower CPU priority for them (the farm's default, made for learner + actors)
-        options: dict[str, Any] = {} if cluster else {"cpus": cpus, "actor_nice": 0}
+        # no lower CPU priority for them (the farm's default, made for learner + actors); its
+        # fork server imports what every trial needs once (torch, the plugins, optuna)
+        options: dict[str, Any] = (
+            {} if cluster else {"cpus": cpus, "actor_nice": 0, "preload": preload or []}
+        )
         self.connection = harness.connect(cluster, **options)
         self.cls = RemoteClass(TrialWorker, ActorOptions(cpus=1))
         self.idle = [self.cls(_client=self.connection.client) for _ in range(jobs)]
@@ -258,22 +263,33 @@ Notify = Callable[[str], None]
 
 def run_study(prep: Prepared, registry: Registry, notify: Notify = log.info) -> Any:
     """Run trials until ``settings.trials`` are COMPLETE or PRUNED; returns the study."""
-    study = open_study(prep)
-    fail_orphans(study)
-    target = prep.settings.trials
-    done = finished_count(study)
+    req = prep.request
+    starting: Future[RemoteExecutor] | None = None
+    if req.jobs > 1 or req.cluster:
+        # the trial workers start (fork server, imports, J actors: seconds) while this process
+        # opens the study, and the report's plotting imports load while the trials run
+        starter = ThreadPoolExecutor(1, thread_name_prefix="harness-tune-start")
+        starting = starter.submit(
+            RemoteExecutor, req.jobs, req.cluster, _trial_modules(prep, registry)
+        )
+        starter.shutdown(wait=False)
+        threading.Thread(target=_warm_report_imports, daemon=True).start()
+    try:
+        study = open_study(prep)
+        fail_orphans(study)
+        target = prep.settings.trials
+        done = finished_count(study)
+    except BaseException:
+        _close_when_started(starting)
+        raise
     if done >= target:
+        _close_when_started(starting)
         notify(f"study {prep.study_name!r} already has {done} finished trials (--trials {target})")
         return study
     notify(
         f"study {prep.study_name!r}: {done} of {target} trials finished; storage {prep.storage_url}"
     )
-    req = prep.request
-    executor: Any = (
-        InlineExecutor()
-        if req.jobs == 1 and not req.cluster
-        else RemoteExecutor(req.jobs, req.cluster)
-    )
+    executor: Any = InlineExecutor() if starting is None else starting.result()
     pending: dict[Future[TrialOutcome], TrialJob] = {}
     failures = 0
     try:
@@ -298,8 +314,39 @@ def run_study(prep: Prepared, registry: Registry, notify: Notify = log.info) -> 
             done = finished_count(study)
     finally:
         _fail_pending(study, pending)
-        executor.close()
+        if pending or starting is None:
+            executor.close()
+        else:  # every trial is told: the workers go down while the report is drawn
+            threading.Thread(target=executor.close, name="harness-tune-close").start()
     return study
+
+
+def _close_when_started(starting: Future[RemoteExecutor] | None) -> None:
+    if starting is not None:
+        with contextlib.suppress(Exception):
+            starting.result().close()
+
+
+def _warm_report_imports() -> None:
+    """The report's plotting imports (~0.4 s here), done while remote trials run and this
+    process only waits."""
+    with contextlib.suppress(Exception):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+        import optuna.visualization.matplotlib  # noqa: F401
+
+
+def _trial_modules(prep: Prepared, registry: Registry) -> list[str]:
+    """What a trial worker imports: the pack's plugins (and torch), optuna and this plugin."""
+    from harness.runtime.farm import preload_modules
+
+    try:
+        modules = preload_modules(resolve(_copy(prep.raw), registry), registry)
+    except Exception:  # the pack alone does not resolve: the workers import as they go
+        modules = []
+    return [*modules, "optuna", "harness_optuna.trial"]
 
 
 def _next_job(study: Any, prep: Prepared, registry: Registry, notify: Notify) -> TrialJob | None:
