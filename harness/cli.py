@@ -366,8 +366,7 @@ def _toml_literal(value: Any) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from harness.checkpoint import latest_checkpoint, read_meta
-    from harness.runtime.run import check_compatible, evaluate, make_agent, make_envs
-    from harness.runtime.spaces import env_info
+    from harness.runtime.run import check_compatible, evaluate, load_agent
 
     _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
     ckpt = latest_checkpoint(Path(args.checkpoint))
@@ -381,13 +380,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raw.merge({section: {key: value}}, f"--set {text}")
     check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
     config = resolve(raw, registry)
-    probe = make_envs(config, registry, 1, seed=None)
-    try:
-        info = env_info(config.run.env, probe)
-    finally:
-        probe.close()
-    agent = make_agent(config, registry, info)
-    agent.restore(ckpt, with_data=False)
+    agent = load_agent(config, registry, ckpt)
     result = evaluate(agent, config, registry, args.episodes, seed=args.seed)
     print(
         f"{config.run.algo} on {config.run.env} from {ckpt}: mean return {result.mean:.2f} "

@@ -24,8 +24,7 @@ from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.runtime import evaluate, train
-from harness.runtime.run import make_agent, make_envs
-from harness.runtime.spaces import env_info
+from harness.runtime.run import load_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,11 +37,7 @@ def run_one(spec: dict, seed: int, out: Path) -> dict:
     overrides = [*spec.get("set", []), f"seed={seed}", f"out='{out}'", "trackers=['csv']"]
     config = resolve(layer(pack, users, overrides, environ={}), registry)
     result = train(config, registry, pm)
-    probe = make_envs(config, registry, 1, seed=None)
-    info = env_info(config.run.env, probe)
-    probe.close()
-    agent = make_agent(config, registry, info)
-    agent.restore(latest_checkpoint(result.run_dir), with_data=False)
+    agent = load_agent(config, registry, latest_checkpoint(result.run_dir))
     fresh = evaluate(agent, config, registry, 20, seed=777_000 + seed)
     state = json.loads((latest_checkpoint(result.run_dir) / "runner.json").read_text())
     return {

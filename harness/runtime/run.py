@@ -465,6 +465,21 @@ def _collector(run: Run) -> Any:
     return FarmCollector(run)
 
 
+def load_agent(config: Config, registry: Registry, checkpoint: Path) -> Agent:
+    """A fresh agent for ``config`` with the models and counters of ``checkpoint`` (no replay
+    data): what ``harness eval`` evaluates."""
+    from harness.runtime.spaces import env_info
+
+    probe = make_envs(config, registry, 1, seed=None)
+    try:
+        info = env_info(config.run.env, probe)
+    finally:
+        probe.close()
+    agent = make_agent(config, registry, info)
+    agent.restore(checkpoint, with_data=False)
+    return agent
+
+
 def _evaluate_and_record(run: Run) -> EvalResult:
     cfg = run.config.run
     if cfg.eval_episodes <= 0:

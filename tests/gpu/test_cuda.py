@@ -206,8 +206,7 @@ def _learn_cartpole(tmp_path: Path, overrides: list[str]) -> tuple[float, dict[s
     from harness.config import layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
     from harness.runtime import train
-    from harness.runtime.run import evaluate, make_agent, make_envs
-    from harness.runtime.spaces import env_info
+    from harness.runtime.run import evaluate, load_agent
 
     root = Path(__file__).resolve().parents[2]
     pack = root / "competitions" / "cartpole" / "pack.toml"
@@ -216,11 +215,7 @@ def _learn_cartpole(tmp_path: Path, overrides: list[str]) -> tuple[float, dict[s
     base = [f"out='{tmp_path}'", "trackers=['csv']", "backend.device='cuda'", "progress=false"]
     config = resolve(layer(pack, [], base + overrides, environ={}), registry)
     result = train(config, registry, pm)
-    probe = make_envs(config, registry, 1, seed=None)
-    info = env_info(config.run.env, probe)
-    probe.close()
-    agent = make_agent(config, registry, info)
-    agent.restore(latest_checkpoint(result.run_dir), with_data=False)
+    agent = load_agent(config, registry, latest_checkpoint(result.run_dir))
     assert agent.backend.device == "cuda"
     fresh = evaluate(agent, config, registry, 20, seed=4242)
     rows = list(csv.DictReader((result.run_dir / "metrics.csv").open()))

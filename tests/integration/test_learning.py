@@ -13,8 +13,7 @@ import pytest
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, make_agent, make_envs
-from harness.runtime.spaces import env_info
+from harness.runtime.run import evaluate, load_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
@@ -31,12 +30,7 @@ def train_and_reevaluate(user_files: list[Path], budget: int, seed: int, out: Pa
     config = resolve(layer(PACK, user_files, overrides, environ={}), registry)
     result = train(config, registry, pm)
     assert result.steps <= budget + config.run.num_envs * 512
-    ckpt = latest_checkpoint(result.run_dir)
-    probe = make_envs(config, registry, 1, seed=None)
-    info = env_info(config.run.env, probe)
-    probe.close()
-    agent = make_agent(config, registry, info)
-    agent.restore(ckpt, with_data=False)
+    agent = load_agent(config, registry, latest_checkpoint(result.run_dir))
     fresh = evaluate(agent, config, registry, 20, seed=777_000 + seed)
     assert len(fresh.returns) == 20
     return fresh.mean
