@@ -307,11 +307,10 @@ class Proxy:
         # every method is an instance attribute up front: ``proxy.step`` is then a plain
         # dictionary hit, not a failed lookup (an AttributeError built and discarded) followed
         # by __getattr__; names the proxy class itself defines keep to __getattr__
-        own = dir(Proxy)
         self.__dict__.update(
             (name, RemoteMethod(handle, name))
             for name in methods
-            if name not in own and not (name.startswith("__") and name.endswith("__"))
+            if name not in _PROXY_NAMES and not (name.startswith("__") and name.endswith("__"))
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -332,6 +331,9 @@ class Proxy:
 
     def __reduce__(self) -> Any:
         raise TypeError("a remote proxy cannot be pickled or sent to another actor")
+
+
+_PROXY_NAMES = frozenset(dir(Proxy))
 
 
 def handle_of(proxy: Proxy) -> ActorHandle:

@@ -29,13 +29,12 @@ actor order, so the agent sees exactly the layout a serial run with ``num_envs``
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,13 +60,13 @@ def acting_config(config: Config) -> Config:
     """The run's config as a farm actor uses it: actors act on the CPU, so the learner's
     accelerator options (a backend config's ``device`` and ``amp``) are reset there."""
     backend = config.backend
-    if not dataclasses.is_dataclass(backend) or isinstance(backend, type):
+    if not is_dataclass(backend) or isinstance(backend, type):
         return config
-    names = {f.name for f in dataclasses.fields(backend)}
+    names = {f.name for f in fields(backend)}
     changes = {k: v for k, v in (("device", "cpu"), ("amp", "off")) if k in names}
     if not changes:
         return config
-    return dataclasses.replace(config, backend=dataclasses.replace(backend, **changes))
+    return replace(config, backend=replace(backend, **changes))
 
 
 class RolloutActor:
