@@ -374,6 +374,23 @@ def _check_ops(bk: Any, rng: np.random.Generator, who: str) -> None:
     _close(who, "minimum(a, b)", _np(bk, bk.minimum(tx, ty)), np.minimum(x, y))
     _close(who, "maximum(a, b)", _np(bk, bk.maximum(tx, ty)), np.maximum(x, y))
     _close(who, "exp(x)", _np(bk, bk.exp(tx)), np.exp(x))
+    _close(who, "log(exp(x))", _np(bk, bk.log(bk.exp(tx))), x, atol=1e-5)
+    _close(who, "tanh(x)", _np(bk, bk.tanh(tx)), np.tanh(x))
+    big = bk.tensor(np.array([-100.0, -1.0, 0.0, 1.0, 100.0], np.float32))
+    _close(
+        who,
+        "softplus(x) (stable for large |x|)",
+        _np(bk, bk.softplus(big)),
+        np.logaddexp(0.0, np.array([-100.0, -1.0, 0.0, 1.0, 100.0])),
+        atol=1e-6,
+    )
+    for axis in (0, 1, -1):
+        _close(
+            who,
+            f"concat([a, b], axis={axis})",
+            _np(bk, bk.concat([tx, ty], axis=axis)),
+            np.concatenate([x, y], axis=axis),
+        )
     for axis in (None, 0, 1, -1):
         _close(who, f"mean(x, axis={axis})", _np(bk, bk.mean(tx, axis=axis)), x.mean(axis=axis))
         _close(who, f"sum(x, axis={axis})", _np(bk, bk.sum(tx, axis=axis)), x.sum(axis=axis))
@@ -832,6 +849,9 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
         truncated = ~terminated & (rng.random(n) < 0.02)
         rewards = rng.standard_normal(n)
         agent.observe(Transition(obs, actions, rewards, next_obs, terminated, truncated, extras))
+        ended = getattr(agent, "episodes_ended", None)  # (optional outside harness.api.Agent)
+        if ended is not None and (terminated | truncated).any():
+            ended(terminated | truncated)
         obs = random_observations(info.observation, n, rng)
         if (t + 1) % agent.rollout_len == 0:
             _check_metrics(agent.learn(), f"learn() after step {t}", who)

@@ -297,10 +297,12 @@ class EnvStepper:
             real_next = next_obs.copy()
             for i in np.flatnonzero(final_mask):
                 real_next[i] = infos["final_obs"][i]
-            for i in np.flatnonzero(terminated | truncated):
+            done = terminated | truncated
+            for i in np.flatnonzero(done):
                 finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
                 self.ep_return[i] = 0.0
                 self.ep_length[i] = 0
+            agent.episodes_ended(done)
         self.obs = next_obs
         return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
 
@@ -345,6 +347,7 @@ class EnvStepper:
                 any_done = True
                 for i in np.flatnonzero(final_mask):
                     bufs["next_obs"][t, i] = infos["final_obs"][i]
+                agent.episodes_ended(terminated | truncated)
             self.obs = next_obs
         self._account(bufs["rewards"], bufs["terminated"] | bufs["truncated"], any_done, finished)
         chunk: dict[str, Any] = dict(bufs)

@@ -256,6 +256,18 @@ class TorchBackend:
     def exp(self, x: torch.Tensor) -> torch.Tensor:
         return x.exp()
 
+    def log(self, x: torch.Tensor) -> torch.Tensor:
+        return x.log()
+
+    def tanh(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x)
+
+    def softplus(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.softplus(x)
+
+    def concat(self, xs: Sequence[torch.Tensor], axis: int = -1) -> torch.Tensor:
+        return torch.cat(list(xs), dim=axis)
+
     def mean(self, x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
         return x.mean() if axis is None else x.mean(dim=axis)
 
