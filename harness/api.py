@@ -120,7 +120,26 @@ class Backend(Protocol):
         """``len(out_dims)`` independent MLPs of the same hidden widths on the same input,
         evaluated together (batched matrix products): calling it returns one output per member.
         Same function as separate :meth:`mlp` s (e.g. an actor and a critic), a fraction of the
-        per-operation overhead that dominates small networks."""
+        per-operation overhead that dominates small networks. Called with a list of
+        ``len(out_dims)`` batches (same batch size) instead of one, member ``j`` takes batch
+        ``j`` (an ensemble's critics scoring each head's own action)."""
+        ...
+
+    def cnn(
+        self,
+        in_shape: Sequence[int],
+        out_dim: int = 512,
+        *,
+        channels: Sequence[int] = (32, 64, 64),
+        kernels: Sequence[int] = (8, 4, 3),
+        strides: Sequence[int] = (4, 2, 1),
+        scale: float = 1.0 / 255.0,
+    ) -> Model:
+        """A convolutional feature trunk on image batches ``(B, C, H, W)`` with ``in_shape =
+        (C, H, W)``, of any dtype (uint8 frames go in as they are): the input is multiplied by
+        ``scale`` inside, then unpadded ReLU convolutions (``channels``, ``kernels``,
+        ``strides``), flattened, and a ReLU linear layer of ``out_dim`` features; orthogonal
+        init with gain sqrt(2). The defaults are the Nature-DQN trunk (Mnih et al. 2015)."""
         ...
 
     def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
@@ -138,6 +157,12 @@ class Backend(Protocol):
     def tensor(self, x: np.ndarray | float, dtype: str = "float32") -> Tensor: ...
     def numpy(self, x: Tensor) -> np.ndarray: ...
     def no_grad(self) -> AbstractContextManager[Any]: ...
+    def frozen(self, *models: Any) -> AbstractContextManager[Any]:
+        """Inside it, ``models``' parameters take no gradient (forward passes through them
+        still pass gradients to their inputs): an actor's loss through a critic then costs no
+        critic weight gradients."""
+        ...
+
     def autocast(self) -> AbstractContextManager[Any]:
         """Mixed precision for the forward passes and losses inside it when the backend's
         ``amp`` option is on (a no-op otherwise); call :meth:`update` outside it."""

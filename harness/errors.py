@@ -26,6 +26,10 @@ class CheckpointError(HarnessError):
     """A checkpoint is missing, corrupt or belongs to another algorithm/backend."""
 
 
+class DivergedError(HarnessError):
+    """Training produced a non-finite loss or non-finite weights."""
+
+
 class IncompatibleError(HarnessError):
     """Components that cannot work together, e.g. DQN on a continuous action space."""
 

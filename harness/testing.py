@@ -310,6 +310,7 @@ def check_backend(backend: Any) -> None:
     distributions, optimisers (a regression loss goes down, ``update`` returns the pre-clip
     norm, ``set_lr``), ``copy_weights`` (hard and Polyak), weights and state round trips,
     ``save``/``load`` through a temporary directory, and seeding/RNG-state reproducibility.
+    The ``cnn`` trunk too: output shape, uint8 frames, input scaling, training steps.
     Reseeds the backend's global RNG as a side effect.
     """
     name = getattr(backend, "name", None)
@@ -325,6 +326,7 @@ def check_backend(backend: Any) -> None:
         _check_models,
         _check_distributions,
         _check_training,
+        _check_frozen,
         _check_weight_copies,
         _check_state,
         _check_rng,
@@ -384,12 +386,12 @@ def _check_ops(bk: Any, rng: np.random.Generator, who: str) -> None:
         np.logaddexp(0.0, np.array([-100.0, -1.0, 0.0, 1.0, 100.0])),
         atol=1e-6,
     )
-    for axis in (0, 1, -1):
+    for join in (0, 1, -1):
         _close(
             who,
-            f"concat([a, b], axis={axis})",
-            _np(bk, bk.concat([tx, ty], axis=axis)),
-            np.concatenate([x, y], axis=axis),
+            f"concat([a, b], axis={join})",
+            _np(bk, bk.concat([tx, ty], axis=join)),
+            np.concatenate([x, y], axis=join),
         )
     for axis in (None, 0, 1, -1):
         _close(who, f"mean(x, axis={axis})", _np(bk, bk.mean(tx, axis=axis)), x.mean(axis=axis))
@@ -449,6 +451,7 @@ def _check_models(bk: Any, rng: np.random.Generator, who: str) -> None:
         f"gain must scale the last layer's init (PPO relies on it for a near-uniform policy)",
     )
     _check_parallel_mlp(bk, x, who)
+    _check_cnn(bk, rng, who)
     m1, m2 = bk.mlp(3, [8], 2), bk.mlp(3, [8], 1)
     g = bk.group(actor=m1, critic=m2)
     _close(who, "group(actor=m)['actor'](x)", _forward(bk, g["actor"], x), _forward(bk, m1, x))
@@ -457,6 +460,47 @@ def _check_models(bk: Any, rng: np.random.Generator, who: str) -> None:
         len(bk.get_weights(g)) == n_parts,
         who,
         f"get_weights(group) has {len(bk.get_weights(g))} arrays, its members {n_parts}",
+    )
+
+
+def _check_cnn(bk: Any, rng: np.random.Generator, who: str) -> None:
+    """cnn: uint8 frames (B, C, H, W) in, (B, out_dim) ReLU features out, the input scaled
+    inside, custom layers, a numpy inference copy, and a few steps of training."""
+    frames = rng.integers(0, 256, size=(6, 2, 36, 36), dtype=np.uint8)
+    net = bk.cnn((2, 36, 36), 16)
+    with bk.no_grad():
+        out = _np(bk, net(bk.tensor(frames, "uint8")))
+        as_float = _np(bk, net(bk.tensor(frames.astype(np.float32))))
+    _check(out.shape == (6, 16), who, f"cnn((2, 36, 36), 16) on 6 frames gave {out.shape}")
+    _check(bool(np.all(np.isfinite(out))), who, "cnn output is not finite")
+    _check(bool(out.min() >= 0.0), who, "cnn features are negative: the trunk ends in a ReLU")
+    _close(who, "cnn on uint8 frames vs the same frames as float32", out, as_float, rtol=1e-4)
+    unscaled = bk.cnn((2, 36, 36), 16, scale=1.0)
+    bk.set_weights(unscaled, bk.get_weights(net))
+    _close(
+        who,
+        "cnn(scale=1/255)(x) vs cnn(scale=1)(x / 255) with the same weights",
+        _forward(bk, unscaled, frames.astype(np.float32) / 255.0),
+        out,
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    _close(who, "inference(cnn)(frames)", bk.inference(net)(frames), out, rtol=1e-4, atol=1e-4)
+    small = bk.cnn((1, 20, 20), 8, channels=[4], kernels=[5], strides=[3])
+    got = _forward(bk, small, rng.integers(0, 256, size=(3, 1, 20, 20)).astype(np.float32))
+    _check(got.shape == (3, 8), who, f"cnn with one custom conv layer gave shape {got.shape}")
+    opt = bk.optimizer(net, lr=1e-3)
+    target = bk.tensor(np.ones((6, 16), np.float32))
+    losses = []
+    for _ in range(5):
+        loss = bk.mean(bk.mse(net(bk.tensor(frames, "uint8")), target))
+        losses.append(bk.item(loss))
+        bk.update(opt, loss)
+    _check(
+        losses[-1] < losses[0],
+        who,
+        f"5 Adam steps on a cnn did not lower its regression loss ({losses[0]:.4g} -> "
+        f"{losses[-1]:.4g}): its parameters do not train",
     )
 
 
@@ -492,6 +536,16 @@ def _check_parallel_mlp(bk: Any, x: np.ndarray, who: str) -> None:
     numpy_copy = bk.inference(net)(x)
     for j in range(2):
         _close(who, f"inference(parallel_mlp)(x)[{j}]", numpy_copy[j], framework[j], rtol=1e-4)
+    # one input per member: member j must see batch j only
+    y = x[::-1].copy()
+    with bk.no_grad():
+        split = [_np(bk, o) for o in net([bk.tensor(x), bk.tensor(y)])]
+        swapped = [_np(bk, o) for o in net(bk.tensor(y))]
+    _close(who, "parallel_mlp([x, y])[0] (member 0 on x)", split[0], framework[0], rtol=1e-4)
+    _close(who, "parallel_mlp([x, y])[1] (member 1 on y)", split[1], swapped[1], rtol=1e-4)
+    split_np = bk.inference(net)([x, y])
+    for j in range(2):
+        _close(who, f"inference(parallel_mlp)([x, y])[{j}]", split_np[j], split[j], rtol=1e-4)
     for activation in ("tanh", "relu", "elu"):
         mlp = bk.mlp(3, [8, 8], 4, activation=activation)
         _close(
@@ -594,6 +648,34 @@ def _check_training(bk: Any, rng: np.random.Generator, who: str) -> None:
         and not np.array_equal(before[1], _np(bk, param)),
         who,
         "optimizer(model, parameter) did not update both after set_lr(optimizer, 0.05)",
+    )
+
+
+def _check_frozen(bk: Any, rng: np.random.Generator, who: str) -> None:
+    """frozen(m): m's parameters get no gradient, what feeds m still does (an actor trained
+    through a critic)."""
+    x = rng.standard_normal((32, 3)).astype(np.float32)
+    trunk, head = bk.mlp(3, [8], 4), bk.mlp(4, [8], 1)
+    opt = bk.optimizer(trunk, head, lr=0.05)
+    before_trunk, before_head = _snapshot(bk.get_weights(trunk)), _snapshot(bk.get_weights(head))
+    with bk.frozen(head):
+        loss = bk.mean(head(trunk(bk.tensor(x))))
+    bk.update(opt, loss)
+    _check(
+        _same(bk.get_weights(head), before_head),
+        who,
+        "frozen(head): an update through head still changed head's weights",
+    )
+    _check(
+        not _same(bk.get_weights(trunk), before_trunk),
+        who,
+        "frozen(head): no gradient reached the trunk that feeds head",
+    )
+    bk.update(opt, bk.mean(head(trunk(bk.tensor(x)))))  # thawed again after the block
+    _check(
+        not _same(bk.get_weights(head), before_head),
+        who,
+        "head's weights stayed frozen after the frozen() block",
     )
 
 

@@ -24,7 +24,13 @@ from harness import __version__
 from harness.api import Agent, EnvInfo, Transition
 from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
 from harness.config import Config, RunConfig, write_resolved
-from harness.errors import CheckpointError, ConfigError, IncompatibleError, PluginError
+from harness.errors import (
+    CheckpointError,
+    ConfigError,
+    DivergedError,
+    IncompatibleError,
+    PluginError,
+)
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
 from harness.runtime.spaces import env_info
@@ -425,6 +431,7 @@ def _loop(run: Run, collector: Any) -> bool:
         run.episodes += len(finished)
         finished.clear()
         metrics = dict(agent.learn())
+        _check_finite(run, metrics)
         metrics.update(collector.after_learn(run))
         run.iteration += 1
         if window_returns:
@@ -458,6 +465,30 @@ def _loop(run: Run, collector: Any) -> bool:
             _checkpoint(run)
             next_ckpt = run.step + cfg.checkpoint_every
     return False
+
+
+def _check_finite(run: Run, metrics: Mapping[str, float]) -> None:
+    """Stop at the first non-finite loss, naming the step and the checkpoint to go back to."""
+    bad = [
+        f"{k} = {v}" for k, v in metrics.items() if k.startswith("losses/") and not math.isfinite(v)
+    ]
+    if bad:
+        raise _diverged(run, ", ".join(bad))
+
+
+def _diverged(run: Run, what: str) -> DivergedError:
+    try:
+        last = latest_checkpoint(run.run_dir)
+    except CheckpointError:
+        where = "No checkpoint had been written yet."
+    else:
+        where = (
+            f"The last finite checkpoint is {last}: lower the learning rate or clip gradients "
+            f"harder, then continue from it with `harness run --resume {run.run_dir}`."
+        )
+    return DivergedError(
+        f"Training diverged at step {run.step} (iteration {run.iteration}): {what}. {where}"
+    )
 
 
 def _collector(run: Run) -> Any:
@@ -531,6 +562,10 @@ def evaluate(
 
 
 def _checkpoint(run: Run) -> Path:
+    weights = run.agent.weights()
+    bad = [k for k, v in weights.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
+    if bad:  # never write a checkpoint to go back to that cannot be used
+        raise _diverged(run, f"non-finite policy weights ({', '.join(bad[:3])})")
     state = {
         "step": run.step,
         "iteration": run.iteration,

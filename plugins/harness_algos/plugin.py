@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from harness import hookimpl
 from harness.registry import AlgorithmSpec
-from harness_algos import dqn, ppo, random_policy
+from harness_algos import a2c, ddpg, dqn, es, impala, pg, ppo, random_policy, sac, td3
 
 
 @hookimpl
 def harness_register_algorithms() -> list[AlgorithmSpec]:
     return [
+        AlgorithmSpec(
+            "a2c",
+            make_agent=a2c.make_agent,
+            config_cls=a2c.A2CConfig,
+            action_spaces=("discrete", "box"),
+            description="A2C (synchronous advantage actor-critic, n-step/GAE returns)",
+        ),
         AlgorithmSpec(
             "dqn",
             make_agent=dqn.make_agent,
@@ -19,11 +26,53 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             description="DQN with double, dueling and prioritized-replay options",
         ),
         AlgorithmSpec(
+            "pg",
+            make_agent=pg.make_agent,
+            config_cls=pg.PGConfig,
+            action_spaces=("discrete", "box"),
+            description="REINFORCE with a learned value baseline (policy gradient)",
+        ),
+        AlgorithmSpec(
             "ppo",
             make_agent=ppo.make_agent,
             config_cls=ppo.PPOConfig,
             action_spaces=("discrete", "box"),
             description="PPO (clipped objective, GAE, vectorized envs)",
+        ),
+        AlgorithmSpec(
+            "ddpg",
+            make_agent=ddpg.make_agent,
+            config_cls=ddpg.DDPGConfig,
+            action_spaces=("box",),
+            description="DDPG with PARL's multi-head ensemble option (ensemble = K)",
+        ),
+        AlgorithmSpec(
+            "td3",
+            make_agent=td3.make_agent,
+            config_cls=td3.TD3Config,
+            action_spaces=("box",),
+            description="TD3 (twin critics, target smoothing, delayed actor updates)",
+        ),
+        AlgorithmSpec(
+            "sac",
+            make_agent=sac.make_agent,
+            config_cls=sac.SACConfig,
+            action_spaces=("box",),
+            description="SAC with automatic entropy tuning",
+        ),
+        AlgorithmSpec(
+            "es",
+            make_agent=es.make_agent,
+            config_cls=es.ESConfig,
+            action_spaces=("discrete", "box"),
+            description="OpenAI evolution strategies (shared noise table, antithetic, farm)",
+        ),
+        AlgorithmSpec(
+            "impala",
+            make_agent=impala.make_agent,
+            config_cls=impala.IMPALAConfig,
+            action_spaces=("discrete", "box"),
+            description="IMPALA (V-trace actor-critic; asynchronous actors with a bounded lag)",
         ),
         AlgorithmSpec(
             "random",

@@ -24,6 +24,20 @@ class GymConfig:
     """Keyword arguments passed to gymnasium.make (e.g. {continuous = true})."""
     max_episode_steps: int | None = None
     """Override the registered time limit."""
+    atari: bool | None = None
+    """DeepMind Atari preprocessing (harness_gymnasium.atari: noop reset, frame skip 4 with
+    max-pooling, grayscale 84x84, frame stack, episodic life, reward clipping, fire reset);
+    unset: on for ALE/ ids."""
+    frame_stack: int = 4
+    """Atari: frames per observation, which is (frame_stack, 84, 84) uint8."""
+    episodic_life: bool = True
+    """Atari: a lost life ends the agent's episode (the game goes on); false for evaluating
+    whole games."""
+    clip_rewards: bool = True
+    """Atari: rewards become their sign; false for real game scores."""
+    sticky_actions: float = 0.25
+    """Atari: ALE v5's repeat_action_probability (0.25 as v5 and Machado et al. 2018; 0.0 is
+    the DeepMind 2015 protocol)."""
 
 
 def _gym() -> Any:
@@ -37,6 +51,10 @@ def _gym() -> Any:
 
 def accepts(env_id: str) -> bool:
     gym = _gym()
+    if env_id.startswith("ALE/") and env_id not in gym.registry:
+        from harness_gymnasium.atari import register_ale
+
+        register_ale()  # (only when asked for: importing ale-py costs every other run 30 ms)
 
     try:
         gym.spec(env_id)
@@ -47,7 +65,9 @@ def accepts(env_id: str) -> bool:
 
 def known_ids() -> list[str]:
     gym = _gym()
+    from harness_gymnasium.atari import register_ale
 
+    register_ale()  # the ALE ids too, where ale-py is installed
     return list(gym.registry)
 
 
@@ -70,14 +90,30 @@ def make_env(
     make_kwargs = dict(options.kwargs)
     if options.max_episode_steps is not None:
         make_kwargs["max_episode_steps"] = options.max_episode_steps
+    atari = options.atari if options.atari is not None else env_id.startswith("ALE/")
+    accepts(env_id)  # (registers the ALE ids when asked for one)
     try:
+        make_one: Any = functools.partial(gym.make, env_id, **make_kwargs)
+        if atari:
+            from harness_gymnasium.atari import make_atari
+
+            make_one = functools.partial(
+                make_atari,
+                env_id,
+                frame_stack=options.frame_stack,
+                episodic_life=options.episodic_life,
+                clip_rewards=options.clip_rewards,
+                sticky_actions=options.sticky_actions,
+                **make_kwargs,
+            )
         if vector == "sync":  # gymnasium's SyncVectorEnv, with a leaner step (see vector.py)
             from harness_gymnasium.vector import LeanSyncVectorEnv
 
             gym.spec(env_id)  # an unknown id fails here, as in make_vec
-            envs = LeanSyncVectorEnv(
-                [functools.partial(gym.make, env_id, **make_kwargs)] * num_envs,
-                autoreset_mode=AutoresetMode.SAME_STEP,
+            envs = LeanSyncVectorEnv([make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+        elif atari:
+            envs = gym.vector.AsyncVectorEnv(
+                [make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
             )
         else:
             envs = gym.make_vec(

@@ -9,7 +9,7 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,25 @@ class TorchBackend:
         gains = list(out_gains) if out_gains is not None else [1.0] * len(out_dims)
         return _ParallelMLP(in_dim, list(hidden), list(out_dims), act(), gains).to(self._device)
 
+    def cnn(
+        self,
+        in_shape: Sequence[int],
+        out_dim: int = 512,
+        *,
+        channels: Sequence[int] = (32, 64, 64),
+        kernels: Sequence[int] = (8, 4, 3),
+        strides: Sequence[int] = (4, 2, 1),
+        scale: float = 1.0 / 255.0,
+    ) -> nn.Module:
+        shape = tuple(int(d) for d in in_shape)
+        if len(shape) != 3 or not len(channels) == len(kernels) == len(strides) >= 1:
+            raise ConfigError(
+                f"cnn() takes a (C, H, W) in_shape and as many channels, kernels and strides "
+                f"(at least one each); got {shape}, {channels}, {kernels}, {strides}."
+            )
+        layers = list(zip(channels, kernels, strides, strict=True))
+        return _CNN(shape, out_dim, layers, scale).to(self._device)
+
     def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
         """Numpy forward passes for the networks this backend builds: for CartPole-sized
         batches a numpy matmul chain costs a fraction of torch's per-operation overhead
@@ -235,6 +254,22 @@ class TorchBackend:
 
     def no_grad(self) -> AbstractContextManager[Any]:
         return torch.no_grad()
+
+    @contextlib.contextmanager
+    def frozen(self, *models: Any) -> Iterator[None]:
+        params = [
+            p
+            for m in models
+            for p in ([m] if isinstance(m, nn.Parameter) else m.parameters())
+            if p.requires_grad
+        ]
+        for p in params:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in params:
+                p.requires_grad_(True)
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self._amp_dtype is None:
@@ -463,8 +498,11 @@ def _numpy_parallel(model: _ParallelMLP) -> Callable[[np.ndarray], list[np.ndarr
     act = _NUMPY_ACTIVATIONS[type(model.act)]
     dims, last = model.out_dims, len(weights) - 1
 
-    def forward(x: np.ndarray) -> list[np.ndarray]:
-        h = np.asarray(x, np.float32).reshape(len(x), -1)
+    def forward(x: Any) -> list[np.ndarray]:
+        if isinstance(x, list | tuple):  # one input per member: (k, B, in)
+            h = np.stack([np.asarray(xi, np.float32).reshape(len(xi), -1) for xi in x])
+        else:
+            h = np.asarray(x, np.float32).reshape(len(x), -1)
         for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
             h = h @ w + b  # (B, in) or (k, B, in) @ (k, in, out) -> (k, B, out)
             if i < last:
@@ -560,14 +598,48 @@ class _ParallelMLP(nn.Module):
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(torch.zeros(k, 1, fan_out)))
 
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
+    def forward(self, x: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if isinstance(x, list | tuple):  # one input per member
+            h = torch.stack([xi.flatten(1) for xi in x])
+        else:
+            h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < last:
                 h = self.act(h)
         return [h[j, :, :d] for j, d in enumerate(self.out_dims)]
+
+
+class _CNN(nn.Module):
+    """See :meth:`TorchBackend.cnn`: scaled input, ReLU convolutions, a ReLU linear layer."""
+
+    def __init__(
+        self,
+        in_shape: tuple[int, ...],
+        out_dim: int,
+        layers: list[tuple[int, int, int]],
+        scale: float,
+    ) -> None:
+        super().__init__()
+        self.scale = scale
+        convs: list[nn.Module] = []
+        c, h, w = in_shape
+        for out, kernel, stride in layers:
+            conv = nn.Conv2d(c, out, kernel, stride)
+            nn.init.orthogonal_(conv.weight, math.sqrt(2))
+            nn.init.zeros_(conv.bias)
+            convs += [conv, nn.ReLU()]
+            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+            if h < 1 or w < 1:
+                raise ConfigError(f"cnn(): a {in_shape} image is too small for the layers {layers}")
+        self.convs = nn.Sequential(*convs)
+        self.fc = _init(nn.Linear(c * h * w, out_dim), math.sqrt(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point():  # uint8 frames: converted here (on the device)
+            x = x.float()
+        return torch.relu(self.fc(self.convs(x * self.scale).flatten(1)))
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:

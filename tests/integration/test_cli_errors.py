@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 PACK = Path(__file__).resolve().parents[2] / "competitions" / "cartpole"
+PENDULUM = PACK.parent / "pendulum"
 
 
 def harness(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,7 +42,22 @@ def assert_clean_error(proc: subprocess.CompletedProcess[str], *needles: str) ->
         (["run", str(PACK), "--set", "run.seed=abc"], ["seed = 'abc'", "expected int"]),
         (
             ["run", str(PACK), "--set", "env=Pendulum-v1", "--set", "algo=dqn"],
-            ["'dqn' does not support the box action space", "ppo"],
+            ["'dqn' does not support the box action space", "ppo", "sac", "td3"],
+        ),
+        (
+            [
+                "run",
+                str(PENDULUM),
+                "--config",
+                str(PENDULUM / "ddpg.toml"),
+                "--set",
+                "env=CartPole-v1",
+            ],
+            ["'ddpg' does not support the discrete action space of 'CartPole-v1'", "dqn"],
+        ),
+        (
+            ["run", str(PENDULUM), "--set", "env=MountainCarContinuous-v0", "--set", "algo.tau=2"],
+            ["tau = 2", "(0, 1]"],
         ),
     ],
 )

@@ -1,0 +1,186 @@
+"""DDPG (Lillicrap et al. 2016) with the multi-head ensemble of PARL's winning NeurIPS 2018
+AI-for-Prosthetics solution (Zeng, Zhou et al., in Kidzinski et al. 2019, arXiv:1902.02441).
+
+``ensemble = K`` trains K actor-critic heads side by side on the same minibatches, each with its
+own target networks (evaluated together: one batched matrix product per layer). While
+collecting, each env follows one head for a whole episode (drawn again when the episode ends),
+plus Gaussian noise, so the heads' disagreement spreads exploration. Greedy acting asks every
+head for an action, scores each candidate with every critic and takes the action whose mean
+Q-value is highest. ``ensemble = 1`` is plain DDPG. Backend-neutral; the replay and schedule
+are in offpolicy.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.api import Backend, EnvInfo
+from harness.data import ReplayBatch
+from harness_algos.offpolicy import ContinuousActorCritic, OffPolicyAgent, OffPolicyConfig, flat
+
+
+@dataclass
+class DDPGConfig(OffPolicyConfig):
+    """DDPG hyper-parameters ([algo] section); defaults are SB3's."""
+
+    hidden: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden widths of each actor and each critic."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
+    ensemble: int = 1
+    """Actor-critic heads (PARL's prosthetics solution); 1 = plain DDPG."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ensemble < 1:
+            raise ValueError(f"ensemble = {self.ensemble} must be >= 1")
+
+
+class DDPG(ContinuousActorCritic):
+    """Critic regression on r + gamma * Q'(s', mu'(s')) and the deterministic policy gradient,
+    for every head at once."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, config: DDPGConfig) -> None:
+        super().__init__(backend)
+        self.config = config
+        k = self.heads = config.ensemble
+        obs_dim, self.act_dim = info.observation.flat_dim, info.action.flat_dim
+        hidden, act = config.hidden, config.activation
+        self.actors, self.actors_target = (
+            backend.parallel_mlp(obs_dim, hidden, [self.act_dim] * k, activation=act)
+            for _ in range(2)
+        )
+        self.critics, self.critics_target = (
+            backend.parallel_mlp(obs_dim + self.act_dim, hidden, [1] * k, activation=act)
+            for _ in range(2)
+        )
+        backend.copy_weights(self.actors_target, self.actors)
+        backend.copy_weights(self.critics_target, self.critics)
+        self.actor_opt = backend.optimizer(self.actors, lr=config.learning_rate)
+        self.critic_opt = backend.optimizer(self.critics, lr=config.learning_rate)
+        self._actors: Any = None  # numpy copies, taken when acting needs them
+        self._critics: Any = None
+
+    def head_actions(self, obs: np.ndarray) -> np.ndarray:
+        """Every head's greedy action: ``(K, B, act_dim)`` in [-1, 1]."""
+        if self._actors is None:
+            self._actors = self.backend.inference(self.actors)
+        return np.tanh(np.stack(self._actors(obs)))
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        candidates = self.head_actions(obs)
+        if self.heads == 1:
+            return candidates[0]
+        if self._critics is None:
+            self._critics = self.backend.inference(self.critics)
+        o = flat(np.asarray(obs, np.float32))
+        # mean over critics of Q(s, candidate j), for each candidate j: (K candidates, B)
+        scores = np.stack(
+            [np.mean(self._critics(np.concatenate([o, a], -1)), axis=0)[:, 0] for a in candidates]
+        )
+        best = scores.argmax(0)
+        return candidates[best, np.arange(len(o))]
+
+    def explore(
+        self, obs: np.ndarray, rng: np.random.Generator, heads: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Head ``heads[i]``'s action for row ``i`` (head 0 without ``heads``) plus noise."""
+        candidates = self.head_actions(obs)
+        rows = np.arange(len(obs))
+        actions = candidates[np.zeros(len(obs), np.int64) if heads is None else heads, rows]
+        noise = rng.normal(0.0, self.config.exploration_noise, actions.shape)
+        return np.clip(actions + noise, -1.0, 1.0)
+
+    def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
+        bk, c = self.backend, self.config
+        obs, next_obs = bk.tensor(flat(batch.obs)), bk.tensor(flat(batch.next_obs))
+        actions = bk.tensor(flat(batch.actions))
+        rewards, dones = bk.tensor(batch.rewards), bk.tensor(batch.dones)
+        with bk.autocast():
+            with bk.no_grad():
+                next_actions = [bk.tanh(a) for a in self.actors_target(next_obs)]
+                next_q = self.critics_target([bk.concat([next_obs, a]) for a in next_actions])
+                targets = [rewards + c.gamma * (1.0 - dones) * q[:, 0] for q in next_q]
+            qs = self.critics(bk.concat([obs, actions]))
+            critic_loss = sum(
+                (bk.mean(bk.mse(q[:, 0], t)) for q, t in zip(qs, targets, strict=True)), 0.0
+            )
+        bk.update(self.critic_opt, critic_loss)
+        with bk.autocast(), bk.frozen(self.critics):
+            own = [bk.concat([obs, bk.tanh(a)]) for a in self.actors(obs)]
+            actor_loss = -sum((bk.mean(q) for q in self.critics(own)), 0.0)
+        bk.update(self.actor_opt, actor_loss)
+        bk.copy_weights(self.actors_target, self.actors, tau=c.tau)
+        bk.copy_weights(self.critics_target, self.critics, tau=c.tau)
+        self._actors = self._critics = None
+        if not diagnostics:
+            return {}
+        return {
+            "losses/critic_loss": bk.item(critic_loss) / self.heads,
+            "losses/actor_loss": bk.item(actor_loss) / self.heads,
+            "losses/q_values": bk.item(bk.mean(qs[0])),
+        }
+
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        names = ("actors", "actors_target", "critics", "critics_target", "actor_opt", "critic_opt")
+        return {name: bk.state(getattr(self, name)) for name in names}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        for name, value in state.items():
+            self.backend.load_state(getattr(self, name), value)
+        self._actors = self._critics = None
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        # greedy acting with several heads also needs the critics
+        weights = {f"actors.{k}": v for k, v in self.backend.get_weights(self.actors).items()}
+        if self.heads > 1:
+            critics = self.backend.get_weights(self.critics)
+            weights.update({f"critics.{k}": v for k, v in critics.items()})
+        return weights
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        for prefix in ("actors", "critics"):
+            part = {k.split(".", 1)[1]: v for k, v in weights.items() if k.startswith(prefix + ".")}
+            if part:
+                self.backend.set_weights(getattr(self, prefix), part)
+        self._actors = self._critics = None
+
+
+class DDPGAgent(OffPolicyAgent):
+    """Adds the per-env head choice of the ensemble to the shared off-policy agent."""
+
+    algorithm: DDPG
+
+    def __init__(
+        self, algorithm: DDPG, info: EnvInfo, config: DDPGConfig, *, seed: int, total_steps: int
+    ) -> None:
+        super().__init__(algorithm, info, config, name="ddpg", seed=seed, total_steps=total_steps)
+        self.heads = self.rng.integers(algorithm.heads, size=info.num_envs)
+        """The head each env follows for its current episode."""
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        if len(obs) != len(self.heads):  # (a caller with another batch size: fresh draws)
+            self.heads = self.rng.integers(self.algorithm.heads, size=len(obs))
+        return self.algorithm.explore(obs, self.rng, self.heads)
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        if self.algorithm.heads > 1 and len(mask) == len(self.heads):
+            ended = np.flatnonzero(mask)
+            self.heads[ended] = self.rng.integers(self.algorithm.heads, size=len(ended))
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "heads": self.heads.tolist()}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.heads = np.asarray(state["heads"], np.int64)
+
+
+def make_agent(
+    info: EnvInfo, backend: Backend, config: DDPGConfig, *, seed: int = 0, total_steps: int = 1
+) -> DDPGAgent:
+    return DDPGAgent(DDPG(backend, info, config), info, config, seed=seed, total_steps=total_steps)

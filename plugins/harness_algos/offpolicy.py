@@ -1,0 +1,184 @@
+"""What DDPG, TD3 and SAC share around their updates (each algorithm's loss lives in its own file).
+
+* The replay memory lives on the learner; actors (farm processes) only act, so the agent takes
+  rows from any envs in any batch size (``independent_transitions``) and a farm streams
+  rollouts to it as they arrive.
+* The networks work in ``[-1, 1]`` (a tanh-squashed actor); the env's box is mapped onto it
+  when acting and back when storing, so one config fits every action scale.
+* Uniform random actions until ``learning_starts`` env steps (as SB3 does).
+* The replay ratio is exact however experience arrives: every env step owes
+  ``gradient_steps / train_freq`` updates, paid at the next ``learn`` (a serial run with
+  ``train_freq = 1`` updates after every step; a farm chunk of 64 rows pays 64 at once).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.api import Agent, Algorithm, EnvInfo, Transition
+from harness.data import ReplayBatch, ReplayMemory
+from harness.errors import ConfigError
+
+
+@dataclass
+class OffPolicyConfig:
+    """Hyper-parameters every off-policy actor-critic here shares ([algo] section)."""
+
+    learning_rate: float = 1e-3
+    """Adam step size of every network (and of SAC's entropy coefficient)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
+    train_freq: int = 1
+    """Env steps (summed over envs) per ``gradient_steps`` updates."""
+    gradient_steps: int = 1
+    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden widths of the actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+
+    def __post_init__(self) -> None:
+        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
+            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau = {self.tau} must be in (0, 1]")
+
+
+class ContinuousActorCritic(Algorithm):
+    """The acting and learning surface :class:`OffPolicyAgent` drives. Actions are in [-1, 1]."""
+
+    @abc.abstractmethod
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy actions (numpy in, numpy out)."""
+
+    @abc.abstractmethod
+    def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Exploratory actions drawn with ``rng``."""
+
+    @abc.abstractmethod
+    def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
+        """One update; without ``diagnostics`` the losses need not be read back."""
+
+
+def box_bounds(info: EnvInfo, algo: str) -> tuple[np.ndarray, np.ndarray]:
+    """The action box as arrays; a clear error when it is unbounded (a tanh actor needs it)."""
+    low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
+    high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+        raise ConfigError(
+            f"{algo} maps its tanh actor onto the action box, but {info.env_id!r} has action "
+            f"bounds low={low.tolist()} high={high.tolist()}. Give the env finite bounds (e.g. "
+            f"gymnasium.wrappers.RescaleAction), or use ppo, which needs none."
+        )
+    return low, high
+
+
+class OffPolicyAgent(Agent):
+    """Replay, action scaling, random warm-up and the replay-ratio schedule."""
+
+    independent_transitions = True
+    config: OffPolicyConfig
+    algorithm: ContinuousActorCritic
+
+    def __init__(
+        self,
+        algorithm: ContinuousActorCritic,
+        info: EnvInfo,
+        config: OffPolicyConfig,
+        *,
+        name: str,
+        seed: int,
+        total_steps: int,
+    ) -> None:
+        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
+        self.name = name
+        self.rollout_len = max(1, config.train_freq // info.num_envs)
+        low, high = box_bounds(info, name)
+        self.centre = (high + low) / 2
+        self.half = (high - low) / 2
+        self.action_shape = info.action.shape
+        self.replay = ReplayMemory(
+            config.buffer_size,
+            info.observation.shape,
+            info.action.shape,
+            obs_dtype=np.float32,
+            action_dtype=np.float32,
+            seed=seed,
+        )
+        self.owed = 0.0
+        """Updates earned by env steps and not taken yet (a fraction carries over)."""
+        self.counted = 0
+        """env_steps already converted into owed updates."""
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        return (self.centre + self.half * actions).astype(np.float32)
+
+    def from_env(self, actions: np.ndarray) -> np.ndarray:
+        return np.clip((actions - self.centre) / self.half, -1.0, 1.0)
+
+    def explore(self, obs: np.ndarray) -> np.ndarray:
+        """Exploratory actions in [-1, 1] after the warm-up (subclasses may pick a head)."""
+        return self.algorithm.explore(obs, self.rng)
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.env_steps < self.config.learning_starts:
+            actions = self.rng.uniform(-1.0, 1.0, (len(obs), *self.action_shape))
+        else:
+            actions = self.explore(obs)
+        return self.to_env(actions), {}
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        return self.to_env(self.algorithm.act(obs))
+
+    def observe(self, transition: Transition) -> None:
+        t = transition
+        self.replay.add(t.obs, self.from_env(t.actions), t.rewards, t.next_obs, t.terminated)
+        self.env_steps += len(t.obs)
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        fresh, self.counted = self.env_steps - self.counted, self.env_steps
+        if self.env_steps < c.learning_starts or len(self.replay) < c.batch_size:
+            return {}
+        self.owed += fresh * c.gradient_steps / c.train_freq
+        n = int(self.owed)
+        self.owed -= n
+        metrics: dict[str, float] = {}
+        for i in range(n):
+            metrics = self.algorithm.learn(self.replay.sample(c.batch_size), diagnostics=i == n - 1)
+            self.updates += 1
+        return metrics
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "owed": self.owed, "counted": self.counted}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.owed = float(state["owed"])
+        self.counted = int(state["counted"])
+
+    def data_state(self) -> dict[str, np.ndarray]:
+        return {f"replay.{k}": v for k, v in self.replay.state_dict().items()}
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.replay.load_state_dict(
+            {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
+        )
+
+
+def flat(batch: np.ndarray) -> np.ndarray:
+    """``(B, *shape)`` as ``(B, prod(shape))`` (critics concatenate observations and actions)."""
+    return batch.reshape(len(batch), -1)

@@ -1,0 +1,142 @@
+"""TD3 (Fujimoto et al. 2018): twin critics with the smaller target, target-policy smoothing
+and delayed actor updates. Backend-neutral; the replay and schedule are in offpolicy.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.api import Backend, EnvInfo
+from harness.data import ReplayBatch
+from harness_algos.offpolicy import ContinuousActorCritic, OffPolicyAgent, OffPolicyConfig, flat
+
+
+@dataclass
+class TD3Config(OffPolicyConfig):
+    """TD3 hyper-parameters ([algo] section); defaults are SB3's."""
+
+    hidden: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden widths of the actor and of each critic."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    target_policy_noise: float = 0.2
+    """Std of the Gaussian noise on the target action (in [-1, 1] action units)."""
+    target_noise_clip: float = 0.5
+    """Clip of that noise."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.policy_delay < 1:
+            raise ValueError(f"policy_delay = {self.policy_delay} must be >= 1")
+
+
+class TD3(ContinuousActorCritic):
+    """The critic and (delayed) actor updates."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, config: TD3Config) -> None:
+        super().__init__(backend)
+        self.config = config
+        obs_dim, self.act_dim = info.observation.flat_dim, info.action.flat_dim
+        self.actor = backend.mlp(obs_dim, config.hidden, self.act_dim, activation=config.activation)
+        self.actor_target = backend.mlp(
+            obs_dim, config.hidden, self.act_dim, activation=config.activation
+        )
+        self.critics, self.critics_target = (
+            backend.parallel_mlp(
+                obs_dim + self.act_dim, config.hidden, [1, 1], activation=config.activation
+            )
+            for _ in range(2)
+        )
+        backend.copy_weights(self.actor_target, self.actor)
+        backend.copy_weights(self.critics_target, self.critics)
+        self.actor_opt = backend.optimizer(self.actor, lr=config.learning_rate)
+        self.critic_opt = backend.optimizer(self.critics, lr=config.learning_rate)
+        self.critic_updates = 0
+        self._policy: Any = None  # numpy copy of the actor, taken when acting needs it
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        if self._policy is None:
+            self._policy = self.backend.inference(self.actor)
+        return np.tanh(self._policy(obs))
+
+    def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        actions = self.act(obs)
+        noise = rng.normal(0.0, self.config.exploration_noise, actions.shape)
+        return np.clip(actions + noise, -1.0, 1.0)
+
+    def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
+        bk, c = self.backend, self.config
+        obs, next_obs = bk.tensor(flat(batch.obs)), bk.tensor(flat(batch.next_obs))
+        actions = bk.tensor(flat(batch.actions))
+        rewards, dones = bk.tensor(batch.rewards), bk.tensor(batch.dones)
+        with bk.autocast():
+            with bk.no_grad():
+                smoothing = bk.normal(
+                    bk.tensor(np.zeros((len(batch.obs), self.act_dim), np.float32)),
+                    bk.tensor(np.full(self.act_dim, np.log(c.target_policy_noise), np.float32)),
+                ).sample()
+                smoothing = bk.clip(smoothing, -c.target_noise_clip, c.target_noise_clip)
+                next_actions = bk.clip(bk.tanh(self.actor_target(next_obs)) + smoothing, -1, 1)
+                q1_next, q2_next = self.critics_target(bk.concat([next_obs, next_actions]))
+                next_q = bk.minimum(q1_next, q2_next)[:, 0]
+                target = rewards + c.gamma * (1.0 - dones) * next_q
+            q1, q2 = self.critics(bk.concat([obs, actions]))
+            critic_loss = bk.mean(bk.mse(q1[:, 0], target)) + bk.mean(bk.mse(q2[:, 0], target))
+        bk.update(self.critic_opt, critic_loss)
+        self.critic_updates += 1
+        metrics: dict[str, float] = {}
+        if self.critic_updates % c.policy_delay == 0:
+            with bk.autocast(), bk.frozen(self.critics):
+                q_pi = self.critics(bk.concat([obs, bk.tanh(self.actor(obs))]))[0]
+                actor_loss = -bk.mean(q_pi)
+            bk.update(self.actor_opt, actor_loss)
+            bk.copy_weights(self.actor_target, self.actor, tau=c.tau)
+            bk.copy_weights(self.critics_target, self.critics, tau=c.tau)
+            self._policy = None
+            if diagnostics:
+                metrics["losses/actor_loss"] = bk.item(actor_loss)
+        if diagnostics:
+            metrics["losses/critic_loss"] = bk.item(critic_loss)
+            metrics["losses/q_values"] = bk.item(bk.mean(q1))
+        return metrics
+
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        return {
+            "actor": bk.state(self.actor),
+            "actor_target": bk.state(self.actor_target),
+            "critics": bk.state(self.critics),
+            "critics_target": bk.state(self.critics_target),
+            "actor_opt": bk.state(self.actor_opt),
+            "critic_opt": bk.state(self.critic_opt),
+            "critic_updates": self.critic_updates,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        bk = self.backend
+        for name in ("actor", "actor_target", "critics", "critics_target"):
+            bk.load_state(getattr(self, name), state[name])
+        bk.load_state(self.actor_opt, state["actor_opt"])
+        bk.load_state(self.critic_opt, state["critic_opt"])
+        self.critic_updates = int(state["critic_updates"])
+        self._policy = None
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.backend.get_weights(self.actor)
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.backend.set_weights(self.actor, weights)
+        self._policy = None
+
+
+def make_agent(
+    info: EnvInfo, backend: Backend, config: TD3Config, *, seed: int = 0, total_steps: int = 1
+) -> OffPolicyAgent:
+    return OffPolicyAgent(
+        TD3(backend, info, config), info, config, name="td3", seed=seed, total_steps=total_steps
+    )
