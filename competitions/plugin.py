@@ -6,7 +6,8 @@ from pathlib import Path
 
 from harness import hookimpl
 from harness.config import PACK_FILE_NAMES
-from harness.registry import CompetitionSpec
+from harness.registry import CommandSpec, CompetitionSpec
+from harness_competitions import baselines
 
 HERE = Path(__file__).resolve().parent
 
@@ -20,3 +21,16 @@ def harness_register_competitions() -> list[CompetitionSpec]:
                 packs.append(CompetitionSpec(directory.name, directory / name))
                 break
     return packs
+
+
+@hookimpl
+def harness_register_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            "baselines",
+            add_arguments=baselines.add_arguments,
+            run=baselines.run,
+            help="reproduce the reference results in baselines/",
+            description=baselines.DESCRIPTION,
+        )
+    ]

@@ -1,0 +1,248 @@
+"""IMPALA's sampling throughput on Atari: how much of this machine's env throughput reaches the
+learner through a farm of 2 actors (``--actors``).
+
+Three measurements of the same envs (an ALE id with harness's DeepMind preprocessing, ``k``
+envs per process), each over a window that opens once every process is stepping:
+
+- **plain envs** (the physical limit): 2 forked processes (as many as actors), each stepping
+  its vector env with uniformly random actions, at the same time; their summed frames/s;
+- **envs + policy**: as many processes, acting with IMPALA's ``sample()`` (the CNN forward
+  on the CPU, one torch thread each), as a farm actor does, without the farm;
+- **IMPALA farm**: ``harness.runtime.train`` with ``algo = impala``, ``run.actors = 2`` on an
+  embedded ZeroMQ farm, ``run.num_envs = 2k``: frames/s observed by the learner's agent. With
+  ``--learner skip`` (default) the learner's update is replaced by a no-op that still versions
+  and broadcasts the weights every iteration, which isolates sampling (a learner on an
+  accelerator keeps up); ``--learner update`` runs the real V-trace updates (on this
+  machine's CPUs they compete with the actors for the cores; ``device = auto`` puts them on a
+  GPU where there is one).
+
+Frames are emulator frames (agent steps x the frame skip of 4). Reported: each rate and the
+farm's ratio to the plain envs (measured before and after the others, averaged; target
+>= 85%) and to envs + policy.
+
+    .venv/bin/python tools/bench_impala.py                          # Pong, 4 envs/actor, 20 s
+    .venv/bin/python tools/bench_impala.py --learner update --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import hookimpl
+
+ROOT = Path(__file__).resolve().parents[1]
+FRAME_SKIP = 4
+
+
+def build_config(
+    args: argparse.Namespace, out: str, overrides: Sequence[str] = ()
+) -> tuple[Any, Any]:
+    """The run's config (no pack: every key is given here) and the plugin registry."""
+    from harness.config import layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+
+    registry = collect_registry(make_plugin_manager())
+    base = [
+        f"env='{args.env}'",
+        "algo='impala'",
+        f"algo.cnn='{args.cnn}'",
+        f"algo.rollout_len={args.rollout}",
+        f"max_policy_lag={args.lag}",
+        "eval_every=0",
+        "eval_episodes=1",
+        "checkpoint_every=0",
+        "trackers=[]",
+        "progress=false",
+        "backend.threads=1",
+        f"out='{out}'",
+    ]
+    return resolve(layer(None, [], base + list(overrides), environ={}), registry), registry
+
+
+def _loop(args: argparse.Namespace, act: bool, ready: Any, go: Any, start: Any, out: Any) -> None:
+    """One plain process: ``k`` envs stepped with random actions, or with IMPALA's sample()
+    when ``act``; counts the agent steps that finish inside the common window."""
+    import numpy as np
+
+    from harness.runtime.farm import acting_config
+    from harness.runtime.run import make_agent, make_envs
+    from harness.runtime.spaces import env_info
+
+    config, registry = build_config(args, tempfile.gettempdir())
+    envs = make_envs(config, registry, args.envs_per_actor, seed=None)
+    obs, _ = envs.reset(seed=os.getpid())
+    agent = None
+    if act:
+        agent = make_agent(acting_config(config), registry, env_info(config.run.env, envs))
+    rng = np.random.default_rng(os.getpid())
+    n_actions = envs.single_action_space.n
+    ready.put(os.getpid())
+    go.wait()
+    time.sleep(max(0.0, start.value - time.time()))
+    end = start.value + args.seconds
+    count = 0
+    while True:
+        if agent is not None:
+            actions = agent.sample(obs)[0]
+        else:
+            actions = rng.integers(0, n_actions, size=args.envs_per_actor)
+        obs, *_ = envs.step(actions)
+        if time.time() >= end:
+            break
+        count += args.envs_per_actor
+    envs.close()
+    out.put(count)
+
+
+def reference(args: argparse.Namespace, act: bool) -> float:
+    """Summed agent steps/s of ``--actors`` forked processes running :func:`_loop` at the
+    same time."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    ready, out, go, start = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [
+        ctx.Process(target=_loop, args=(args, act, ready, go, start, out), daemon=True)
+        for _ in range(args.actors)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    start.value = time.time() + 1.0
+    go.set()
+    total = sum(out.get(timeout=args.seconds + 120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=30)
+    seconds: float = args.seconds
+    return float(total) / seconds
+
+
+class Probe:
+    """A plugin: opens the window ``warmup`` s after every actor delivered a rollout, counts
+    the steps observed in it, then stops the run; with ``skip_learning`` the agent's update is
+    a no-op (the rollout is dropped; weights are still versioned and broadcast)."""
+
+    def __init__(self, warmup: float, window: float, skip_learning: bool) -> None:
+        self.warmup, self.window, self.skip = warmup, window, skip_learning
+        self.t0: float | None = None
+        self.t_end: float | None = None
+        self.step0 = self.step_end = 0
+        self.warm_until: float | None = None
+        self.last: dict[str, float] = {}
+        self.updates = 0
+
+    @hookimpl
+    def harness_run_start(self, run: Any) -> None:
+        if self.skip:
+            agent = run.agent
+
+            def no_update() -> dict[str, float]:
+                agent.buffer.reset()
+                return {}
+
+            agent.learn = no_update
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        now = time.monotonic()
+        self.last = {k: v for k, v in metrics.items() if k.startswith(("farm/", "vtrace/"))}
+        if self.warm_until is None:
+            if all(slot.received_steps for slot in run.collector.slots):
+                self.warm_until = now + self.warmup
+            return
+        if self.t0 is None and now >= self.warm_until:
+            self.t0, self.step0, self.updates = now, run.step, run.agent.updates
+        elif self.t0 is not None and now >= self.t0 + self.window:
+            self.t_end, self.step_end = now, run.step
+            self.updates = run.agent.updates - self.updates
+            run.stop_requested = True
+
+
+def farm(args: argparse.Namespace) -> tuple[float, Probe]:
+    from harness.plugins import make_plugin_manager
+    from harness.runtime import train
+
+    out = tempfile.mkdtemp(prefix="bench_impala_")
+    k = args.envs_per_actor
+    overrides = [
+        f"actors={args.actors}",
+        f"num_envs={args.actors * k}",
+        "total_steps=1_000_000_000",
+        f"max_seconds={args.seconds * 10 + 300}",
+    ]
+    config, registry = build_config(args, out, overrides)
+    pm = make_plugin_manager()
+    probe = Probe(args.warmup, args.seconds, args.learner == "skip")
+    pm.register(probe, name="bench-probe")
+    try:
+        train(config, registry, pm)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if probe.t0 is None or probe.t_end is None:
+        sys.exit("the run ended before the measuring window closed")
+    return (probe.step_end - probe.step0) / (probe.t_end - probe.t0), probe
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default="ALE/Pong-v5")
+    p.add_argument("--actors", type=int, default=2, help="farm actors = reference processes")
+    p.add_argument("--envs-per-actor", type=int, default=4, help="k envs per process")
+    p.add_argument("--seconds", type=float, default=20.0, help="each measuring window")
+    p.add_argument("--warmup", type=float, default=5.0, help="farm: seconds after it is up")
+    p.add_argument("--rollout", type=int, default=20, help="algo.rollout_len")
+    p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
+    p.add_argument("--cnn", choices=["nature", "shallow"], default="nature")
+    p.add_argument("--learner", choices=["skip", "update"], default="skip")
+    args = p.parse_args(argv)
+
+    load0 = os.getloadavg()
+    # the plain envs before and after: on a shared machine the load drifts between windows
+    plain_before = reference(args, act=False)
+    acting = reference(args, act=True)
+    delivered, probe = farm(args)
+    plain_after = reference(args, act=False)
+    plain = (plain_before + plain_after) / 2
+    load1 = os.getloadavg()
+
+    def fps(steps_per_s: float) -> str:
+        return f"{steps_per_s * FRAME_SKIP:,.0f}"
+
+    print(
+        f"bench_impala {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; load average "
+        f"{load0[0]:.1f} at start, {load1[0]:.1f} at end (a shared machine: other jobs ran)"
+    )
+    print(f"command: .venv/bin/python tools/bench_impala.py {' '.join(argv or sys.argv[1:])}")
+    print()
+    print(
+        "| env | cnn | processes | envs/process | learner | plain envs frames/s "
+        "| envs + policy frames/s "
+        "| IMPALA farm frames/s | farm / plain | farm / envs + policy |"
+    )
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    print(
+        f"| {args.env} | {args.cnn} | {args.actors} | {args.envs_per_actor} | {args.learner} | "
+        f"{fps(plain)} ({fps(plain_before)} before, {fps(plain_after)} after) | "
+        f"{fps(acting)} | {fps(delivered)} | **{delivered / plain:.1%}** | "
+        f"{delivered / acting:.1%} |"
+    )
+    print()
+    print(
+        f"window {args.seconds:g} s each; farm: {probe.updates} updates in the window, "
+        f"metrics at the end: {probe.last}"
+    )
+
+
+if __name__ == "__main__":
+    main()
