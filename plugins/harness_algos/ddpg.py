@@ -43,6 +43,8 @@ class DDPG(ContinuousActorCritic):
     """Critic regression on r + gamma * Q'(s', mu'(s')) and the deterministic policy gradient,
     for every head at once."""
 
+    saved = ("actors", "actors_target", "critics", "critics_target", "actor_opt", "critic_opt")
+
     def __init__(self, backend: Backend, info: EnvInfo, config: DDPGConfig) -> None:
         super().__init__(backend)
         self.config = config
@@ -124,14 +126,8 @@ class DDPG(ContinuousActorCritic):
             "losses/q_values": bk.item(bk.mean(qs[0])),
         }
 
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        names = ("actors", "actors_target", "critics", "critics_target", "actor_opt", "critic_opt")
-        return {name: bk.state(getattr(self, name)) for name in names}
-
     def load_state(self, state: Mapping[str, Any]) -> None:
-        for name, value in state.items():
-            self.backend.load_state(getattr(self, name), value)
+        super().load_state(state)
         self._actors = self._critics = None
 
     def policy_weights(self) -> dict[str, np.ndarray]:

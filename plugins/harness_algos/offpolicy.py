@@ -58,7 +58,40 @@ class OffPolicyConfig:
 
 
 class ContinuousActorCritic(Algorithm):
-    """The acting and learning surface :class:`OffPolicyAgent` drives. Actions are in [-1, 1]."""
+    """The acting and learning surface :class:`OffPolicyAgent` drives. Actions are in [-1, 1].
+
+    Checkpoints hold the backend state of every attribute in ``saved`` (models, optimisers)
+    and the ints in ``counters``; actors get the weights of ``self.actor``. A subclass keeps
+    its numpy acting copy in ``_policy`` (dropped whenever the weights change)."""
+
+    saved: tuple[str, ...] = ()
+    counters: tuple[str, ...] = ()
+    actor: Any
+    _policy: Any = None
+
+    def numpy_actor(self) -> Any:
+        """The numpy copy of ``self.actor`` (taken after the weights last changed)."""
+        if self._policy is None:
+            self._policy = self.backend.inference(self.actor)
+        return self._policy
+
+    def state(self) -> dict[str, Any]:
+        state = {name: self.backend.state(getattr(self, name)) for name in self.saved}
+        return state | {name: getattr(self, name) for name in self.counters}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        for name in self.saved:
+            self.backend.load_state(getattr(self, name), state[name])
+        for name in self.counters:
+            setattr(self, name, int(state[name]))
+        self._policy = None
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.backend.get_weights(self.actor)
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.backend.set_weights(self.actor, weights)
+        self._policy = None
 
     @abc.abstractmethod
     def act(self, obs: np.ndarray) -> np.ndarray:

@@ -6,9 +6,7 @@ offpolicy.py."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -43,6 +41,17 @@ class SACConfig(OffPolicyConfig):
 class SAC(ContinuousActorCritic):
     """Soft Q regression, the reparameterised actor update and the entropy-coefficient step."""
 
+    saved = (
+        "actor",
+        "critics",
+        "critics_target",
+        "log_alpha",
+        "actor_opt",
+        "critic_opt",
+        "alpha_opt",
+    )
+    counters = ("steps",)
+
     def __init__(self, backend: Backend, info: EnvInfo, config: SACConfig) -> None:
         super().__init__(backend)
         self.config = config
@@ -63,13 +72,10 @@ class SAC(ContinuousActorCritic):
         self.critic_opt = backend.optimizer(self.critics, lr=lr)
         self.alpha_opt = backend.optimizer(self.log_alpha, lr=lr)
         self.steps = 0
-        self._policy: Any = None  # numpy copy of the actor, taken when acting needs it
 
     # -- acting (numpy) ----------------------------------------------------------------------
     def _mean_log_std(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self._policy is None:
-            self._policy = self.backend.inference(self.actor)
-        out = self._policy(obs)
+        out = self.numpy_actor()(obs)
         return out[:, : self.act_dim], np.clip(out[:, self.act_dim :], LOG_STD_MIN, LOG_STD_MAX)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -134,35 +140,6 @@ class SAC(ContinuousActorCritic):
             "losses/alpha": bk.item(alpha[0]),
             "losses/entropy": -bk.item(bk.mean(log_pi)),
         }
-
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        return {
-            "actor": bk.state(self.actor),
-            "critics": bk.state(self.critics),
-            "critics_target": bk.state(self.critics_target),
-            "log_alpha": bk.state(self.log_alpha),
-            "actor_opt": bk.state(self.actor_opt),
-            "critic_opt": bk.state(self.critic_opt),
-            "alpha_opt": bk.state(self.alpha_opt),
-            "steps": self.steps,
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        bk = self.backend
-        for name in ("actor", "critics", "critics_target", "log_alpha"):
-            bk.load_state(getattr(self, name), state[name])
-        for name in ("actor_opt", "critic_opt", "alpha_opt"):
-            bk.load_state(getattr(self, name), state[name])
-        self.steps = int(state["steps"])
-        self._policy = None
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.backend.get_weights(self.actor)
-
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        self.backend.set_weights(self.actor, weights)
-        self._policy = None
 
 
 def make_agent(

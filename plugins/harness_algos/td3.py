@@ -3,9 +3,7 @@ and delayed actor updates. Backend-neutral; the replay and schedule are in offpo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -38,6 +36,9 @@ class TD3Config(OffPolicyConfig):
 class TD3(ContinuousActorCritic):
     """The critic and (delayed) actor updates."""
 
+    saved = ("actor", "actor_target", "critics", "critics_target", "actor_opt", "critic_opt")
+    counters = ("critic_updates",)
+
     def __init__(self, backend: Backend, info: EnvInfo, config: TD3Config) -> None:
         super().__init__(backend)
         self.config = config
@@ -57,12 +58,9 @@ class TD3(ContinuousActorCritic):
         self.actor_opt = backend.optimizer(self.actor, lr=config.learning_rate)
         self.critic_opt = backend.optimizer(self.critics, lr=config.learning_rate)
         self.critic_updates = 0
-        self._policy: Any = None  # numpy copy of the actor, taken when acting needs it
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        if self._policy is None:
-            self._policy = self.backend.inference(self.actor)
-        return np.tanh(self._policy(obs))
+        return np.tanh(self.numpy_actor()(obs))
 
     def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         actions = self.act(obs)
@@ -104,34 +102,6 @@ class TD3(ContinuousActorCritic):
             metrics["losses/critic_loss"] = bk.item(critic_loss)
             metrics["losses/q_values"] = bk.item(bk.mean(q1))
         return metrics
-
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        return {
-            "actor": bk.state(self.actor),
-            "actor_target": bk.state(self.actor_target),
-            "critics": bk.state(self.critics),
-            "critics_target": bk.state(self.critics_target),
-            "actor_opt": bk.state(self.actor_opt),
-            "critic_opt": bk.state(self.critic_opt),
-            "critic_updates": self.critic_updates,
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        bk = self.backend
-        for name in ("actor", "actor_target", "critics", "critics_target"):
-            bk.load_state(getattr(self, name), state[name])
-        bk.load_state(self.actor_opt, state["actor_opt"])
-        bk.load_state(self.critic_opt, state["critic_opt"])
-        self.critic_updates = int(state["critic_updates"])
-        self._policy = None
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.backend.get_weights(self.actor)
-
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        self.backend.set_weights(self.actor, weights)
-        self._policy = None
 
 
 def make_agent(
