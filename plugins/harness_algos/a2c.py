@@ -1,21 +1,21 @@
 """A2C (Mnih et al. 2016), synchronous advantage actor-critic as in Stable-Baselines3: short
 rollouts over vectorized envs, GAE (lambda 1 by default: plain n-step returns), one update per
 rollout on policy loss + value loss - entropy bonus. Discrete (categorical) and box (diagonal
-Gaussian) actions. One file, backend-neutral.
+Gaussian) actions. Backend-neutral; the policy plumbing and rollouts are in onpolicy.py.
 
 On an actor farm (``run.actors > 0``) the rollouts stay synchronous: the agent is on-policy, so
 every actor steps with the newest weights."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
-from harness.data import RolloutBatch, RolloutBuffer
+from harness.api import Backend, EnvInfo
+from harness.data import RolloutBatch
+from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
 
 
 @dataclass
@@ -58,35 +58,23 @@ class A2CConfig:
             raise ValueError(f"gae_lambda = {self.gae_lambda} must be in [0, 1]")
 
 
-class A2C(Algorithm):
+class A2C(ActorCritic):
     """The actor-critic loss and its single gradient step per rollout."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: A2CConfig) -> None:
-        super().__init__(backend)
+        super().__init__(backend, info, config.log_std_init)
         self.config = config
-        self.discrete = info.action.kind == "discrete"
-        obs_dim = info.observation.flat_dim
-        act_dim = info.action.n if self.discrete else info.action.flat_dim
-        # separate actor and critic networks, evaluated together (backend.parallel_mlp)
-        self.net = backend.parallel_mlp(
-            obs_dim,
-            config.hidden,
-            [act_dim, 1],
-            activation=config.activation,
-            out_gains=[0.01, 1.0],
+        self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
+        self.optimizer = backend.optimizer(
+            *self.trainable(self.net), lr=config.learning_rate, eps=config.adam_eps
         )
-        params: list[Any] = [self.net]
-        if not self.discrete:
-            self.log_std = backend.parameter(np.full(act_dim, config.log_std_init, np.float32))
-            params.append(self.log_std)
-        self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=config.adam_eps)
         self.refresh_policy()
 
-    def refresh_policy(self) -> None:
-        """Take the numpy copy of the networks that acting uses (after any weight change)."""
-        self._policy = self.backend.inference(self.net)
-        if not self.discrete:
-            self._log_std = np.asarray(self.backend.numpy(self.log_std), np.float32).copy()
+    def acting_model(self) -> Any:
+        return self.net
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        return {"net": self.net, "optimizer": self.optimizer}
 
     def act(
         self, obs: np.ndarray, rng: np.random.Generator | None = None
@@ -94,15 +82,7 @@ class A2C(Algorithm):
         """Actions sampled with ``rng`` (greedy without one) and the state values, from one
         numpy forward pass of both networks (acting issues no framework operation)."""
         out, value = self._policy(obs)
-        if self.discrete:
-            if rng is None:
-                return out.argmax(-1), value[:, 0]
-            # Gumbel-max sampling: argmax(logits + Gumbel noise) ~ softmax(logits)
-            return (out + rng.gumbel(size=out.shape)).argmax(-1), value[:, 0]
-        if rng is None:
-            return out, value[:, 0]
-        noise = rng.standard_normal(out.shape).astype(np.float32)
-        return out + np.exp(self._log_std) * noise, value[:, 0]
+        return self.sample_actions(out, rng), value[:, 0]
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1][:, 0], np.float32)
@@ -111,11 +91,11 @@ class A2C(Algorithm):
         """One step on ``-mean(A * log pi(a|s)) + vf_coef * mse(V, R) - ent_coef * H``."""
         bk, c = self.backend, self.config
         obs = bk.tensor(batch.obs)
-        actions = bk.tensor(batch.actions, "int64" if self.discrete else "float32")
+        actions = bk.tensor(batch.actions, self.action_dtype)
         adv, returns = bk.tensor(batch.advantages), bk.tensor(batch.returns)
         with bk.autocast():
             out, value = self.net(obs)
-            dist = bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
+            dist = self.distribution(out)
             pg_loss = -bk.mean(adv * dist.log_prob(actions))
             v_loss = bk.mean(bk.mse(value[:, 0], returns))
             entropy = bk.mean(dist.entropy())
@@ -130,111 +110,39 @@ class A2C(Algorithm):
 
     def set_schedule(self, progress: float) -> float:
         """Anneal the learning rate; ``progress`` in [0, 1]. Returns the lr."""
-        c = self.config
-        frac = 1.0 - min(max(progress, 0.0), 1.0)
-        lr = c.learning_rate * frac if c.anneal_lr else c.learning_rate
+        lr = annealed(self.config.learning_rate, progress, self.config.anneal_lr)
         self.backend.set_lr(self.optimizer, lr)
         return lr
 
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        state = {"net": bk.state(self.net), "optimizer": bk.state(self.optimizer)}
-        if not self.discrete:
-            state["log_std"] = bk.state(self.log_std)
-        return state
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        bk = self.backend
-        bk.load_state(self.net, state["net"])
-        bk.load_state(self.optimizer, state["optimizer"])
-        if not self.discrete:
-            bk.load_state(self.log_std, state["log_std"])
-        self.refresh_policy()
+class A2CAgent(RolloutAgent):
+    """GAE and the one update per rollout around :class:`A2C` (rollout collection and
+    truncation bootstrapping: :class:`~harness_algos.onpolicy.RolloutAgent`)."""
 
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        weights = self.backend.get_weights(self.net)
-        if not self.discrete:
-            weights["log_std"] = self.backend.numpy(self.log_std)
-        return weights
-
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        w = dict(weights)
-        log_std = w.pop("log_std", None)
-        self.backend.set_weights(self.net, w)
-        if log_std is not None:
-            self.backend.assign(self.log_std, log_std)
-        self.refresh_policy()
-
-
-class A2CAgent(Agent):
-    """Rollout collection, truncation bootstrapping and GAE around :class:`A2C`."""
-
+    name = "a2c"
     algorithm: A2C
     config: A2CConfig
 
     def __init__(
         self, algorithm: A2C, info: EnvInfo, config: A2CConfig, *, seed: int, total_steps: int
     ) -> None:
-        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
-        self.name = "a2c"
-        self.on_policy = True
-        self.rollout_len = config.n_steps
-        self.discrete = info.action.kind == "discrete"
-        self.buffer = RolloutBuffer(
-            config.n_steps,
-            info.num_envs,
-            info.observation.shape,
-            () if self.discrete else info.action.shape,
-            action_dtype=np.int64 if self.discrete else np.float32,
+        super().__init__(
+            algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
-        if not self.discrete:
-            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
-            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
-        self._no_log_probs = np.zeros(info.num_envs, np.float32)  # (the buffer's PPO column)
-        self._last_next_obs: np.ndarray | None = None
-
-    def _to_env(self, actions: np.ndarray) -> np.ndarray:
-        return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions, values = self.algorithm.act(obs, self.rng)
         # the unclipped action is what the Gaussian's log-probability is taken of
-        return self._to_env(actions), {"action": actions, "value": values}
+        return self.to_env(actions), {"action": actions, "value": values}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.algorithm.act(obs)[0])
+        return self.to_env(self.algorithm.act(obs)[0])
 
-    def observe(self, transition: Transition) -> None:
-        t = transition
-        rewards = t.rewards.astype(np.float32)
-        truncated = t.truncated & ~t.terminated
-        if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
-            idx = np.flatnonzero(truncated)
-            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
-        dones = (t.terminated | t.truncated).astype(np.float32)
-        x = t.extras
-        self.buffer.add(t.obs, x["action"], rewards, dones, x["value"], self._no_log_probs)
-        self._last_next_obs = t.next_obs
-        self.env_steps += len(t.obs)
-
-    def learn(self) -> dict[str, float]:
-        if not self.buffer.full or self._last_next_obs is None:
-            return {}
+    def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config
-        lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
-        last_values = self.algorithm.values(self._last_next_obs)
-        self.buffer.compute_gae(last_values, c.gamma, c.gae_lambda)
-        # the whole rollout as one batch (the shuffle inside does not change the gradient)
-        batch = next(
-            self.buffer.minibatches(
-                self.buffer.size, self.rng, normalize_advantages=c.normalize_advantage
-            )
-        )
-        metrics = self.algorithm.learn(batch)
+        self.buffer.compute_gae(self.algorithm.values(next_obs), c.gamma, c.gae_lambda)
+        metrics = self.algorithm.learn(self.whole_rollout(c.normalize_advantage))
         self.updates += 1
-        self.buffer.reset()
-        self.algorithm.refresh_policy()
-        metrics["charts/learning_rate"] = lr
         return metrics
 
 

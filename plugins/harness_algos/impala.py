@@ -1,5 +1,6 @@
 """IMPALA (Espeholt et al. 2018): an actor-critic learning from the rollouts of actors that act
-with older weights, corrected off-policy by V-trace. One file, backend-neutral.
+with older weights, corrected off-policy by V-trace. Backend-neutral; the policy plumbing and
+the unroll storage are in onpolicy.py.
 
 In a harness actor farm (``run.actors > 0``) this agent (``on_policy = False``, sequences kept
 per env) gets ``rollout_len``-step chunks from every actor in actor order, generated with
@@ -16,14 +17,14 @@ Observations with three axes (stacked frames) go through the backend's Nature-CN
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
-from harness.data import RolloutBuffer
+from harness.api import Backend, EnvInfo
+from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {
@@ -133,56 +134,49 @@ def vtrace(
     return vs.astype(np.float32), advantages.astype(np.float32)
 
 
-class IMPALA(Algorithm):
+class IMPALA(ActorCritic):
     """The V-trace actor-critic update on one batch of unrolls."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: IMPALAConfig) -> None:
-        super().__init__(backend)
+        super().__init__(backend, info, config.log_std_init)
         self.config = config
-        self.discrete = info.action.kind == "discrete"
         self.image = len(info.observation.shape) == 3
-        act_dim = info.action.n if self.discrete else info.action.flat_dim
         if self.image:  # a shared convolutional trunk with linear policy and value heads
             preset = CNN_PRESETS[config.cnn]
             trunk = backend.cnn(info.observation.shape, **preset)
             width = int(preset["out_dim"])
             self.net = backend.group(
                 trunk=trunk,
-                policy=backend.mlp(width, [], act_dim, out_gain=0.01),
+                policy=backend.mlp(width, [], self.act_dim, out_gain=0.01),
                 value=backend.mlp(width, [], 1),
             )
         else:  # separate actor and critic MLPs, evaluated together
-            self.net = backend.parallel_mlp(
-                info.observation.flat_dim,
-                config.hidden,
-                [act_dim, 1],
-                activation=config.activation,
-                out_gains=[0.01, 1.0],
-            )
-        params: list[Any] = [self.net]
-        if not self.discrete:
-            self.log_std = backend.parameter(np.full(act_dim, config.log_std_init, np.float32))
-            params.append(self.log_std)
-        self.optimizer = backend.optimizer(*params, lr=config.learning_rate, eps=config.adam_eps)
+            self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
+        self.optimizer = backend.optimizer(
+            *self.trainable(self.net), lr=config.learning_rate, eps=config.adam_eps
+        )
         self.obs_dtype = "uint8" if np.dtype(info.observation.dtype) == np.uint8 else "float32"
         self.refresh_policy()
 
-    def refresh_policy(self) -> None:
-        """Take the numpy copies that acting uses (after any weight change)."""
+    def acting_model(self) -> Any:
+        return self.net
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        return {"net": self.net, "optimizer": self.optimizer}
+
+    def numpy_policy(self) -> Callable[[np.ndarray], Any]:
+        """The numpy copy acting uses: for images, the trunk's and both heads' chained."""
+        if not self.image:
+            return super().numpy_policy()
         bk = self.backend
-        if self.image:
-            trunk = bk.inference(self.net["trunk"])
-            policy, value = bk.inference(self.net["policy"]), bk.inference(self.net["value"])
+        trunk = bk.inference(self.net["trunk"])
+        policy, value = bk.inference(self.net["policy"]), bk.inference(self.net["value"])
 
-            def forward(obs: np.ndarray) -> list[np.ndarray]:
-                features = trunk(obs)
-                return [policy(features), value(features)]
+        def forward(obs: np.ndarray) -> list[np.ndarray]:
+            features = trunk(obs)
+            return [policy(features), value(features)]
 
-            self._policy: Any = forward
-        else:
-            self._policy = bk.inference(self.net)
-        if not self.discrete:
-            self._log_std = np.asarray(bk.numpy(self.log_std), np.float32).copy()
+        return forward
 
     def forward(self, obs: Any) -> tuple[Any, Any]:
         """Policy-head outputs (logits or means) and state values for a batch."""
@@ -192,30 +186,12 @@ class IMPALA(Algorithm):
         out, value = self.net(obs)
         return out, value[:, 0]
 
-    def distribution(self, out: Any) -> Any:
-        bk = self.backend
-        return bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
-
     def act(
         self, obs: np.ndarray, rng: np.random.Generator | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Actions and their log-probabilities under the current weights, sampled with ``rng``
         (greedy actions and an empty array without one), in numpy."""
-        out = self._policy(obs)[0]
-        if self.discrete:
-            logp = out - out.max(-1, keepdims=True)
-            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
-            if rng is None:
-                return logp.argmax(-1), np.empty(0)
-            actions = (logp + rng.gumbel(size=logp.shape)).argmax(-1)  # Gumbel-max sampling
-            return actions, np.take_along_axis(logp, actions[:, None], -1)[:, 0]
-        if rng is None:
-            return out, np.empty(0)
-        std = np.exp(self._log_std)
-        noise = rng.standard_normal(out.shape).astype(np.float32)
-        actions = out + std * noise
-        logp = (-0.5 * noise**2 - self._log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
-        return actions, logp.astype(np.float32)
+        return self.sample_with_log_probs(self._policy(obs)[0], rng)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1])[:, 0]
@@ -230,7 +206,7 @@ class IMPALA(Algorithm):
         rows = steps * n
         every = np.concatenate([obs.reshape(rows, *obs.shape[2:]), batch["next_obs"]])
         actions = batch["actions"].reshape(rows, *batch["actions"].shape[2:])
-        act_t = bk.tensor(actions, "int64" if self.discrete else "float32")
+        act_t = bk.tensor(actions, self.action_dtype)
         with bk.autocast():
             # one forward pass over the unrolls and the bootstrap observations
             out, all_values = self.forward(bk.tensor(every, self.obs_dtype))
@@ -267,51 +243,19 @@ class IMPALA(Algorithm):
             "vtrace/advantage_mean": float(advantages.mean()),
         }
 
-    def set_lr(self, progress: float) -> float:
+    def set_schedule(self, progress: float) -> float:
         """Anneal the learning rate; ``progress`` in [0, 1]. Returns it."""
-        c = self.config
-        lr = (
-            c.learning_rate * (1.0 - min(max(progress, 0.0), 1.0))
-            if c.anneal_lr
-            else c.learning_rate
-        )
+        lr = annealed(self.config.learning_rate, progress, self.config.anneal_lr)
         self.backend.set_lr(self.optimizer, lr)
         return lr
 
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        state = {"net": bk.state(self.net), "optimizer": bk.state(self.optimizer)}
-        if not self.discrete:
-            state["log_std"] = bk.state(self.log_std)
-        return state
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        bk = self.backend
-        bk.load_state(self.net, state["net"])
-        bk.load_state(self.optimizer, state["optimizer"])
-        if not self.discrete:
-            bk.load_state(self.log_std, state["log_std"])
-        self.refresh_policy()
+class IMPALAAgent(RolloutAgent):
+    """Unrolls with the behaviour log-probabilities and the update schedule around
+    :class:`IMPALA` (rollout collection and truncation bootstrapping:
+    :class:`~harness_algos.onpolicy.RolloutAgent`)."""
 
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        weights = self.backend.get_weights(self.net)
-        if not self.discrete:
-            weights["log_std"] = self.backend.numpy(self.log_std)
-        return weights
-
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        w = dict(weights)
-        log_std = w.pop("log_std", None)
-        self.backend.set_weights(self.net, w)
-        if log_std is not None:
-            self.backend.assign(self.log_std, log_std)
-        self.refresh_policy()
-
-
-class IMPALAAgent(Agent):
-    """Unroll storage with the behaviour log-probabilities, truncation bootstrapping and the
-    update schedule around :class:`IMPALA`."""
-
+    name = "impala"
     algorithm: IMPALA
     config: IMPALAConfig
     on_policy = False  # actors may lag (run.max_policy_lag): V-trace corrects for it
@@ -320,55 +264,28 @@ class IMPALAAgent(Agent):
     def __init__(
         self, algorithm: IMPALA, info: EnvInfo, config: IMPALAConfig, *, seed: int, total_steps: int
     ) -> None:
-        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
-        self.name = "impala"
-        self.rollout_len = config.rollout_len
-        self.discrete = info.action.kind == "discrete"
-        self.buffer = RolloutBuffer(
+        super().__init__(
+            algorithm,
+            info,
+            config,
             config.rollout_len,
-            info.num_envs,
-            info.observation.shape,
-            () if self.discrete else info.action.shape,
+            seed=seed,
+            total_steps=total_steps,
             obs_dtype=np.dtype(info.observation.dtype),
-            action_dtype=np.int64 if self.discrete else np.float32,
         )
-        if not self.discrete:
-            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
-            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
-        self._no_values = np.zeros(info.num_envs, np.float32)
-        self._last_next_obs: np.ndarray | None = None
-
-    def _to_env(self, actions: np.ndarray) -> np.ndarray:
-        return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions, log_probs = self.algorithm.act(obs, self.rng)
-        return self._to_env(actions), {"log_prob": log_probs, "action": actions}
+        return self.to_env(actions), {"log_prob": log_probs, "action": actions}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.algorithm.act(obs)[0])
+        return self.to_env(self.algorithm.act(obs)[0])
 
-    def observe(self, transition: Transition) -> None:
-        t = transition
-        rewards = t.rewards.astype(np.float32)
-        truncated = t.truncated & ~t.terminated
-        if truncated.any():  # the clock ended the episode, not the MDP: bootstrap V(final obs)
-            idx = np.flatnonzero(truncated)
-            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
-        dones = (t.terminated | t.truncated).astype(np.float32)
-        x = t.extras
-        self.buffer.add(t.obs, x["action"], rewards, dones, self._no_values, x["log_prob"])
-        self._last_next_obs = t.next_obs
-        self.env_steps += len(t.obs)
-
-    def learn(self) -> dict[str, float]:
-        if not self.buffer.full or self._last_next_obs is None:
-            return {}
+    def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer
-        lr = self.algorithm.set_lr(self.env_steps / self.total_steps)
         batch = {
             "obs": buf.obs,
-            "next_obs": self._last_next_obs,
+            "next_obs": next_obs,
             "actions": buf.actions,
             "rewards": buf.rewards,
             "discounts": c.gamma * (1.0 - buf.dones),
@@ -379,9 +296,6 @@ class IMPALAAgent(Agent):
             for key, value in self.algorithm.learn(batch).items():
                 totals[key] = totals.get(key, 0.0) + value / c.epochs
             self.updates += 1
-        buf.reset()
-        self.algorithm.refresh_policy()
-        totals["charts/learning_rate"] = lr
         return totals
 
 

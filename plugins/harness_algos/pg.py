@@ -1,5 +1,6 @@
 """Vanilla policy gradient: REINFORCE (Williams 1992) with a learned state-value baseline.
-Discrete (categorical) and box (diagonal Gaussian) actions. One file, backend-neutral.
+Discrete (categorical) and box (diagonal Gaussian) actions. Backend-neutral; the policy
+plumbing and rollouts are in onpolicy.py.
 
 Experience comes in fixed-length rollouts of ``n_steps`` per env, like the other on-policy
 algorithms, rather than whole episodes: the return-to-go of each step is the discounted sum of
@@ -9,14 +10,14 @@ step per rollout; the baseline is then fitted to the returns with its own optimi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
-from harness.data import RolloutBatch, RolloutBuffer
+from harness.api import Backend, EnvInfo
+from harness.data import RolloutBatch
+from harness_algos.onpolicy import ActorCritic, RolloutAgent, annealed
 
 
 @dataclass
@@ -54,47 +55,42 @@ class PGConfig:
             raise ValueError("n_steps must be >= 1 and value_steps >= 0")
 
 
-class PG(Algorithm):
+class PG(ActorCritic):
     """The policy-gradient step and the baseline's regression steps."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: PGConfig) -> None:
-        super().__init__(backend)
+        super().__init__(backend, info, config.log_std_init)
         self.config = config
-        self.discrete = info.action.kind == "discrete"
         obs_dim = info.observation.flat_dim
-        act_dim = info.action.n if self.discrete else info.action.flat_dim
         # two networks with two optimisers: the baseline's extra steps leave the policy alone
         self.policy = backend.mlp(
-            obs_dim, config.hidden, act_dim, activation=config.activation, out_gain=0.01
+            obs_dim, config.hidden, self.act_dim, activation=config.activation, out_gain=0.01
         )
         self.critic = backend.mlp(obs_dim, config.hidden, 1, activation=config.activation)
-        params: list[Any] = [self.policy]
-        if not self.discrete:
-            self.log_std = backend.parameter(np.full(act_dim, config.log_std_init, np.float32))
-            params.append(self.log_std)
-        self.pi_optimizer = backend.optimizer(*params, lr=config.learning_rate)
+        self.pi_optimizer = backend.optimizer(*self.trainable(self.policy), lr=config.learning_rate)
         self.vf_optimizer = backend.optimizer(self.critic, lr=config.vf_learning_rate)
-        self.refresh()
+        self.refresh_policy()
 
-    def refresh(self) -> None:
+    def acting_model(self) -> Any:
+        """The policy only: actors never need the baseline."""
+        return self.policy
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "critic": self.critic,
+            "pi_optimizer": self.pi_optimizer,
+            "vf_optimizer": self.vf_optimizer,
+        }
+
+    def refresh_policy(self) -> None:
         """Take the numpy copies of the networks (after any weight change)."""
-        self._policy = self.backend.inference(self.policy)
+        super().refresh_policy()
         self._critic = self.backend.inference(self.critic)
-        if not self.discrete:
-            self._log_std = np.asarray(self.backend.numpy(self.log_std), np.float32).copy()
 
     def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         """Actions sampled with ``rng`` (greedy without one), on the numpy copy of the policy."""
-        out = self._policy(obs)
-        if self.discrete:
-            if rng is None:
-                return np.asarray(out.argmax(-1))
-            # Gumbel-max sampling: argmax(logits + Gumbel noise) ~ softmax(logits)
-            return np.asarray((out + rng.gumbel(size=out.shape)).argmax(-1))
-        if rng is None:
-            return np.asarray(out)
-        noise = rng.standard_normal(out.shape).astype(np.float32)
-        return np.asarray(out + np.exp(self._log_std) * noise)
+        return self.sample_actions(self._policy(obs), rng)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._critic(obs)[:, 0], np.float32)
@@ -104,11 +100,10 @@ class PG(Algorithm):
         baseline steps on ``mse(V(s), G)``."""
         bk, c = self.backend, self.config
         obs = bk.tensor(batch.obs)
-        actions = bk.tensor(batch.actions, "int64" if self.discrete else "float32")
+        actions = bk.tensor(batch.actions, self.action_dtype)
         adv, returns = bk.tensor(batch.advantages), bk.tensor(batch.returns)
         with bk.autocast():
-            out = self.policy(obs)
-            dist = bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
+            dist = self.distribution(self.policy(obs))
             pg_loss = -bk.mean(adv * dist.log_prob(actions))
             entropy = bk.mean(dist.entropy())
             loss = pg_loss - c.ent_coef * entropy
@@ -128,118 +123,43 @@ class PG(Algorithm):
     def set_schedule(self, progress: float) -> float:
         """Anneal the learning rates; ``progress`` in [0, 1]. Returns the policy's lr."""
         c = self.config
-        frac = 1.0 - min(max(progress, 0.0), 1.0) if c.anneal_lr else 1.0
-        self.backend.set_lr(self.pi_optimizer, c.learning_rate * frac)
-        self.backend.set_lr(self.vf_optimizer, c.vf_learning_rate * frac)
-        return c.learning_rate * frac
-
-    def state(self) -> dict[str, Any]:
-        bk = self.backend
-        state = {
-            "policy": bk.state(self.policy),
-            "critic": bk.state(self.critic),
-            "pi_optimizer": bk.state(self.pi_optimizer),
-            "vf_optimizer": bk.state(self.vf_optimizer),
-        }
-        if not self.discrete:
-            state["log_std"] = bk.state(self.log_std)
-        return state
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        bk = self.backend
-        bk.load_state(self.policy, state["policy"])
-        bk.load_state(self.critic, state["critic"])
-        bk.load_state(self.pi_optimizer, state["pi_optimizer"])
-        bk.load_state(self.vf_optimizer, state["vf_optimizer"])
-        if not self.discrete:
-            bk.load_state(self.log_std, state["log_std"])
-        self.refresh()
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        """The policy only: actors never need the baseline."""
-        weights = self.backend.get_weights(self.policy)
-        if not self.discrete:
-            weights["log_std"] = self.backend.numpy(self.log_std)
-        return weights
-
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        w = dict(weights)
-        log_std = w.pop("log_std", None)
-        self.backend.set_weights(self.policy, w)
-        if log_std is not None:
-            self.backend.assign(self.log_std, log_std)
-        self.refresh()
+        lr = annealed(c.learning_rate, progress, c.anneal_lr)
+        self.backend.set_lr(self.pi_optimizer, lr)
+        self.backend.set_lr(self.vf_optimizer, annealed(c.vf_learning_rate, progress, c.anneal_lr))
+        return lr
 
 
-class PGAgent(Agent):
-    """Rollout collection, truncation bootstrapping and the returns-to-go around :class:`PG`."""
+class PGAgent(RolloutAgent):
+    """The returns-to-go and the one update per rollout around :class:`PG` (rollout
+    collection and truncation bootstrapping: :class:`~harness_algos.onpolicy.RolloutAgent`)."""
 
+    name = "pg"
     algorithm: PG
     config: PGConfig
 
     def __init__(
         self, algorithm: PG, info: EnvInfo, config: PGConfig, *, seed: int, total_steps: int
     ) -> None:
-        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
-        self.name = "pg"
-        self.on_policy = True
-        self.rollout_len = config.n_steps
-        self.discrete = info.action.kind == "discrete"
-        self.buffer = RolloutBuffer(
-            config.n_steps,
-            info.num_envs,
-            info.observation.shape,
-            () if self.discrete else info.action.shape,
-            action_dtype=np.int64 if self.discrete else np.float32,
+        super().__init__(
+            algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
-        if not self.discrete:
-            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
-            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
-        self._zeros = np.zeros(info.num_envs, np.float32)
-        self._last_next_obs: np.ndarray | None = None
-
-    def _to_env(self, actions: np.ndarray) -> np.ndarray:
-        return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         actions = self.algorithm.act(obs, self.rng)
         # the unclipped action is what the Gaussian's log-probability is taken of
-        return self._to_env(actions), {"action": actions}
+        return self.to_env(actions), {"action": actions}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.algorithm.act(obs))
+        return self.to_env(self.algorithm.act(obs))
 
-    def observe(self, transition: Transition) -> None:
-        t = transition
-        rewards = t.rewards.astype(np.float32)
-        truncated = t.truncated & ~t.terminated
-        if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
-            idx = np.flatnonzero(truncated)
-            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
-        dones = (t.terminated | t.truncated).astype(np.float32)
-        # values are filled in by learn() in one batched pass; log-probs are not needed
-        self.buffer.add(t.obs, t.extras["action"], rewards, dones, self._zeros, self._zeros)
-        self._last_next_obs = t.next_obs
-        self.env_steps += len(t.obs)
-
-    def learn(self) -> dict[str, float]:
-        if not self.buffer.full or self._last_next_obs is None:
-            return {}
-        c, buf = self.config, self.buffer
-        lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
-        flat_obs = buf.obs.reshape(buf.size, *buf.obs_shape)
-        buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
+    def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
+        c = self.config
+        self.score_rollout()  # (sample() leaves the values out; log-probs are not needed)
         # GAE with lambda = 1 is exactly the discounted return-to-go, cut at episode ends and
         # bootstrapped from V(last obs) where the rollout cuts an episode, minus V(s_t)
-        buf.compute_gae(self.algorithm.values(self._last_next_obs), c.gamma, 1.0)
-        batch = next(
-            buf.minibatches(buf.size, self.rng, normalize_advantages=c.normalize_advantage)
-        )
-        metrics = self.algorithm.learn(batch)
+        self.buffer.compute_gae(self.algorithm.values(next_obs), c.gamma, 1.0)
+        metrics = self.algorithm.learn(self.whole_rollout(c.normalize_advantage))
         self.updates += 1
-        buf.reset()
-        self.algorithm.refresh()
-        metrics["charts/learning_rate"] = lr
         return metrics
 
 

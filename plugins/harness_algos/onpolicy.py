@@ -1,0 +1,268 @@
+"""What PPO, A2C, PG and IMPALA share around their updates (each algorithm's config and loss
+live in its own file).
+
+All four learn from fixed-length rollouts (``rollout_len`` vector steps per env) with a policy
+and a state-value function; outside the loss they do the same things, written once here:
+
+* The policy: categorical logits for discrete actions; Gaussian means with a state-independent
+  log standard deviation for box actions (a backend parameter, checkpointed and broadcast as
+  ``"log_std"``). :class:`ActorCritic` holds it next to the algorithm's own models and
+  optimisers, which it checkpoints under the keys the algorithm names
+  (:meth:`~ActorCritic.checkpoint_parts`), and broadcasts the acting model's weights.
+* Acting runs on a numpy copy of the acting model (``backend.inference``), taken again after
+  every weight change (:meth:`~ActorCritic.refresh_policy`): sampling issues no framework
+  operation, whose overhead dominates small networks. Categorical actions are drawn by
+  Gumbel-max, Gaussian ones as mean + std * noise; without an ``rng`` they are greedy.
+* :class:`RolloutAgent`: the rollout buffer; Gaussian actions clipped to the box on their way
+  to the env (the buffer keeps the unclipped action, whose log-probability the loss takes);
+  the truncation bootstrap (``reward += gamma * V(final obs)`` where a time limit, not the MDP,
+  ended an episode); the learn skeleton (anneal, update on the full rollout, reset, fresh
+  numpy copy).
+
+IMPALA shares all of it but is not ``on_policy``: a farm may hand it rollouts of older weights,
+which V-trace corrects for. PG keeps its separate policy and baseline networks with their own
+optimisers; its acting model is the policy alone.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
+from harness.data import RolloutBatch, RolloutBuffer
+
+
+def annealed(value: float, progress: float, anneal: bool) -> float:
+    """``value`` scaled linearly down to 0 over ``progress`` in [0, 1] when ``anneal``."""
+    return value * (1.0 - min(max(progress, 0.0), 1.0)) if anneal else value
+
+
+def actor_critic_mlp(
+    backend: Backend, info: EnvInfo, hidden: Sequence[int], activation: str
+) -> Any:
+    """Separate actor and critic MLPs evaluated together (``backend.parallel_mlp``): called on
+    an observation batch they return the policy head (logits or means, small initial gain)
+    and the state values ``(B, 1)``."""
+    act_dim = info.action.n if info.action.kind == "discrete" else info.action.flat_dim
+    return backend.parallel_mlp(
+        info.observation.flat_dim,
+        hidden,
+        [act_dim, 1],
+        activation=activation,
+        out_gains=[0.01, 1.0],
+    )
+
+
+class ActorCritic(Algorithm):
+    """A policy acted with in numpy and a value function; subclasses build the networks and
+    optimisers (after ``super().__init__``), define the loss, and take the first numpy copy
+    with :meth:`refresh_policy` at the end of their ``__init__``."""
+
+    _policy: Callable[[np.ndarray], Any]
+    """The numpy copy of :meth:`acting_model` (its outputs as the model's)."""
+    _log_std: np.ndarray
+    """Box actions: the numpy copy of ``log_std``."""
+
+    def __init__(self, backend: Backend, info: EnvInfo, log_std_init: float) -> None:
+        super().__init__(backend)
+        self.discrete = info.action.kind == "discrete"
+        self.act_dim = info.action.n if self.discrete else info.action.flat_dim
+        """Width of the policy head: one logit per action, or one mean per action dimension."""
+        self.action_dtype = "int64" if self.discrete else "float32"
+        """Tensor dtype of a batch of actions."""
+        self.log_std: Any = None
+        """Box actions: the state-independent log standard deviation (a backend parameter)."""
+        if not self.discrete:
+            self.log_std = backend.parameter(np.full(self.act_dim, log_std_init, np.float32))
+
+    # --- what each algorithm defines --------------------------------------------------------
+    @abc.abstractmethod
+    def acting_model(self) -> Any:
+        """The network actors act with: its weights and ``log_std`` are the policy weights."""
+
+    @abc.abstractmethod
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """Every model and optimiser under its checkpoint key (``log_std`` is added to them)."""
+
+    @abc.abstractmethod
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        """State values of a batch of observations, in numpy."""
+
+    @abc.abstractmethod
+    def set_schedule(self, progress: float) -> float:
+        """Anneal what the config anneals; ``progress`` in [0, 1]. Returns the (policy's) lr."""
+
+    # --- the policy -------------------------------------------------------------------------
+    def trainable(self, model: Any) -> list[Any]:
+        """What the policy's optimiser updates: ``model``, and ``log_std`` for box actions."""
+        return [model] if self.discrete else [model, self.log_std]
+
+    def distribution(self, out: Any) -> Distribution:
+        """The action distribution from the policy head's tensor output (logits or means)."""
+        bk = self.backend
+        return bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
+
+    def numpy_policy(self) -> Callable[[np.ndarray], Any]:
+        """A numpy copy of :meth:`acting_model` with its current weights."""
+        return self.backend.inference(self.acting_model())
+
+    def refresh_policy(self) -> None:
+        """Take the numpy copies that acting uses (after any weight change)."""
+        self._policy = self.numpy_policy()
+        if not self.discrete:
+            self._log_std = np.asarray(self.backend.numpy(self.log_std), np.float32).copy()
+
+    def sample_actions(self, out: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+        """Actions from the policy head's numpy output ``out``, drawn with ``rng`` (greedy
+        without one)."""
+        if self.discrete:
+            if rng is None:
+                return np.asarray(out.argmax(-1))
+            # Gumbel-max sampling: argmax(logits + Gumbel noise) ~ softmax(logits)
+            return np.asarray((out + rng.gumbel(size=out.shape)).argmax(-1))
+        if rng is None:
+            return np.asarray(out)
+        noise = rng.standard_normal(out.shape).astype(np.float32)
+        return np.asarray(out + np.exp(self._log_std) * noise)
+
+    def sample_with_log_probs(
+        self, out: np.ndarray, rng: np.random.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`sample_actions`, with the actions' log-probabilities (an empty array for
+        greedy actions)."""
+        if self.discrete:
+            logp = out - out.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            if rng is None:
+                return logp.argmax(-1), np.empty(0)
+            actions = (logp + rng.gumbel(size=logp.shape)).argmax(-1)  # Gumbel-max sampling
+            return actions, np.take_along_axis(logp, actions[:, None], -1)[:, 0]
+        if rng is None:
+            return out, np.empty(0)
+        std = np.exp(self._log_std)
+        noise = rng.standard_normal(out.shape).astype(np.float32)
+        actions = out + std * noise
+        logp = (-0.5 * noise**2 - self._log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+        return actions, logp.astype(np.float32)
+
+    # --- checkpoints and weight broadcast ---------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        state = {key: bk.state(part) for key, part in self.checkpoint_parts().items()}
+        if not self.discrete:
+            state["log_std"] = bk.state(self.log_std)
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        bk = self.backend
+        for key, part in self.checkpoint_parts().items():
+            bk.load_state(part, state[key])
+        if not self.discrete:
+            bk.load_state(self.log_std, state["log_std"])
+        self.refresh_policy()
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        weights = self.backend.get_weights(self.acting_model())
+        if not self.discrete:
+            weights["log_std"] = self.backend.numpy(self.log_std)
+        return weights
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        w = dict(weights)
+        log_std = w.pop("log_std", None)
+        self.backend.set_weights(self.acting_model(), w)
+        if log_std is not None:
+            self.backend.assign(self.log_std, log_std)
+        self.refresh_policy()
+
+
+class RolloutAgent(Agent):
+    """Rollout storage, action clipping, truncation bootstrapping and the learn skeleton around
+    an :class:`ActorCritic`; subclasses act (``sample``/``predict``) and update
+    (:meth:`learn_rollout`)."""
+
+    algorithm: ActorCritic
+    on_policy = True
+
+    def __init__(
+        self,
+        algorithm: ActorCritic,
+        info: EnvInfo,
+        config: Any,
+        rollout_len: int,
+        *,
+        seed: int,
+        total_steps: int,
+        obs_dtype: npt.DTypeLike = np.float32,
+    ) -> None:
+        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
+        self.rollout_len = rollout_len
+        self.discrete = info.action.kind == "discrete"
+        self.buffer = RolloutBuffer(
+            rollout_len,
+            info.num_envs,
+            info.observation.shape,
+            () if self.discrete else info.action.shape,
+            obs_dtype=obs_dtype,
+            action_dtype=np.int64 if self.discrete else np.float32,
+        )
+        if not self.discrete:
+            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
+            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
+        self._zeros = np.zeros(info.num_envs, np.float32)
+        self._last_next_obs: np.ndarray | None = None
+
+    @abc.abstractmethod
+    def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
+        """The updates on the full rollout in ``self.buffer``; ``next_obs`` are the observations
+        after its last step. Returns the metrics."""
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
+        return actions if self.discrete else np.clip(actions, self.low, self.high)
+
+    def observe(self, transition: Transition) -> None:
+        t = transition
+        rewards = t.rewards.astype(np.float32)
+        truncated = t.truncated & ~t.terminated
+        if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
+            idx = np.flatnonzero(truncated)
+            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
+        dones = (t.terminated | t.truncated).astype(np.float32)
+        # values and log-probs as sample() gave them (A2C's values; PPO's and IMPALA's
+        # log-probs), zeros where it gave none (PPO and PG score the values in learn)
+        x = t.extras
+        values, log_probs = x.get("value", self._zeros), x.get("log_prob", self._zeros)
+        self.buffer.add(t.obs, x["action"], rewards, dones, values, log_probs)
+        self._last_next_obs = t.next_obs
+        self.env_steps += len(t.obs)
+
+    def learn(self) -> dict[str, float]:
+        if not self.buffer.full or self._last_next_obs is None:
+            return {}
+        lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
+        metrics = self.learn_rollout(self._last_next_obs)
+        self.buffer.reset()
+        self.algorithm.refresh_policy()
+        metrics["charts/learning_rate"] = lr
+        return metrics
+
+    def score_rollout(self) -> None:
+        """Fill the buffer's values with V of every stored observation, in one batched pass
+        (for agents whose ``sample`` does not compute them)."""
+        buf = self.buffer
+        flat_obs = buf.obs.reshape(buf.num_steps * buf.num_envs, *buf.obs_shape)
+        buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
+
+    def whole_rollout(self, normalize_advantages: bool) -> RolloutBatch:
+        """The whole rollout as one batch (the shuffle inside does not change the gradient)."""
+        return next(
+            self.buffer.minibatches(
+                self.buffer.size, self.rng, normalize_advantages=normalize_advantages
+            )
+        )
