@@ -127,8 +127,12 @@ def preload_modules(config: Config, registry: Registry) -> list[str]:
     """Modules an embedded farm's actors should share with their fork server instead of each
     importing them (the plugins a run of ``config`` uses and, for the torch backend, torch:
     ~150 MB per actor and 1-2 s of start-up otherwise)."""
+    from importlib.metadata import entry_points
+
     cfg = config.run
     modules = ["harness.runtime.farm", "harness.runtime.run", "harness.plugins"]
+    # every plugin module: each actor (and each tune trial) discovers the plugins again
+    modules += sorted({ep.module for ep in entry_points(group="harness")})
     for obj in (
         registry.algorithms.get(cfg.algo).make_agent,
         registry.env_for(cfg.env).make_env,
@@ -136,7 +140,7 @@ def preload_modules(config: Config, registry: Registry) -> list[str]:
     ):
         modules.append(obj.__module__)
     if cfg.backend == "torch":
-        modules.append("torch")
+        modules += ["torch", "harness_torch.backend"]
     if registry.env_for(cfg.env).name == "gymnasium":
         modules.append("gymnasium")
     return modules
