@@ -12,24 +12,26 @@ are in offpolicy.py."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
-from harness_algos.offpolicy import ContinuousActorCritic, OffPolicyAgent, OffPolicyConfig, flat
+from harness_algos.offpolicy import (
+    ContinuousActorCritic,
+    DeterministicConfig,
+    OffPolicyAgent,
+    flat,
+    gaussian_explore,
+)
 
 
 @dataclass
-class DDPGConfig(OffPolicyConfig):
+class DDPGConfig(DeterministicConfig):
     """DDPG hyper-parameters ([algo] section); defaults are SB3's."""
 
-    hidden: list[int] = field(default_factory=lambda: [400, 300])
-    """Hidden widths of each actor and each critic."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
     ensemble: int = 1
     """Actor-critic heads (PARL's prosthetics solution); 1 = plain DDPG."""
 
@@ -93,8 +95,7 @@ class DDPG(ContinuousActorCritic):
         candidates = self.head_actions(obs)
         rows = np.arange(len(obs))
         actions = candidates[np.zeros(len(obs), np.int64) if heads is None else heads, rows]
-        noise = rng.normal(0.0, self.config.exploration_noise, actions.shape)
-        return np.clip(actions + noise, -1.0, 1.0)
+        return gaussian_explore(actions, self.config.exploration_noise, rng)
 
     def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
         bk, c = self.backend, self.config

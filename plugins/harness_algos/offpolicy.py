@@ -57,6 +57,21 @@ class OffPolicyConfig:
             raise ValueError(f"tau = {self.tau} must be in (0, 1]")
 
 
+@dataclass
+class DeterministicConfig(OffPolicyConfig):
+    """What the deterministic-policy methods (DDPG, TD3) add; defaults are SB3's."""
+
+    hidden: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden widths of the actor and of each critic."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
+
+
+def gaussian_explore(actions: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Greedy ``actions`` in [-1, 1] plus N(0, std) noise, clipped back into [-1, 1]."""
+    return np.clip(actions + rng.normal(0.0, std, actions.shape), -1.0, 1.0)
+
+
 class ContinuousActorCritic(Algorithm):
     """The acting and learning surface :class:`OffPolicyAgent` drives. Actions are in [-1, 1].
 

@@ -3,29 +3,31 @@ and delayed actor updates. Backend-neutral; the replay and schedule are in offpo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
-from harness_algos.offpolicy import ContinuousActorCritic, OffPolicyAgent, OffPolicyConfig, flat
+from harness_algos.offpolicy import (
+    ContinuousActorCritic,
+    DeterministicConfig,
+    OffPolicyAgent,
+    flat,
+    gaussian_explore,
+)
 
 
 @dataclass
-class TD3Config(OffPolicyConfig):
+class TD3Config(DeterministicConfig):
     """TD3 hyper-parameters ([algo] section); defaults are SB3's."""
 
-    hidden: list[int] = field(default_factory=lambda: [400, 300])
-    """Hidden widths of the actor and of each critic."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
     target_policy_noise: float = 0.2
     """Std of the Gaussian noise on the target action (in [-1, 1] action units)."""
     target_noise_clip: float = 0.5
     """Clip of that noise."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,9 +65,7 @@ class TD3(ContinuousActorCritic):
         return np.tanh(self.numpy_actor()(obs))
 
     def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        actions = self.act(obs)
-        noise = rng.normal(0.0, self.config.exploration_noise, actions.shape)
-        return np.clip(actions + noise, -1.0, 1.0)
+        return gaussian_explore(self.act(obs), self.config.exploration_noise, rng)
 
     def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
         bk, c = self.backend, self.config
