@@ -15,7 +15,7 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
-from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
+from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 
 
 @dataclass
@@ -107,12 +107,6 @@ class A2C(ActorCritic):
             "losses/entropy": bk.item(entropy),
             "losses/grad_norm": grad_norm,
         }
-
-    def set_schedule(self, progress: float) -> float:
-        """Anneal the learning rate; ``progress`` in [0, 1]. Returns the lr."""
-        lr = annealed(self.config.learning_rate, progress, self.config.anneal_lr)
-        self.backend.set_lr(self.optimizer, lr)
-        return lr
 
 
 class A2CAgent(RolloutAgent):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from harness.api import Backend, EnvInfo
-from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
+from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {
@@ -242,12 +242,6 @@ class IMPALA(ActorCritic):
             "vtrace/rho_clipped": float(np.mean(rhos > c.rho_bar + 1e-3)),
             "vtrace/advantage_mean": float(advantages.mean()),
         }
-
-    def set_schedule(self, progress: float) -> float:
-        """Anneal the learning rate; ``progress`` in [0, 1]. Returns it."""
-        lr = annealed(self.config.learning_rate, progress, self.config.anneal_lr)
-        self.backend.set_lr(self.optimizer, lr)
-        return lr
 
 
 class IMPALAAgent(RolloutAgent):

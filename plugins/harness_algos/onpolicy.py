@@ -65,6 +65,10 @@ class ActorCritic(Algorithm):
 
     _policy: Callable[[np.ndarray], Any]
     """The numpy copy of :meth:`acting_model` (its outputs as the model's)."""
+    config: Any
+    """The algorithm's config dataclass (set by the subclass)."""
+    optimizer: Any
+    """The optimiser the default :meth:`set_schedule` anneals (set by the subclass)."""
     _log_std: np.ndarray
     """Box actions: the numpy copy of ``log_std``."""
 
@@ -93,9 +97,12 @@ class ActorCritic(Algorithm):
     def values(self, obs: np.ndarray) -> np.ndarray:
         """State values of a batch of observations, in numpy."""
 
-    @abc.abstractmethod
     def set_schedule(self, progress: float) -> float:
-        """Anneal what the config anneals; ``progress`` in [0, 1]. Returns the (policy's) lr."""
+        """Anneal what the config anneals; ``progress`` in [0, 1]. Returns the (policy's) lr.
+        Here: ``config.learning_rate`` of ``self.optimizer`` when ``config.anneal_lr``."""
+        lr = annealed(self.config.learning_rate, progress, self.config.anneal_lr)
+        self.backend.set_lr(self.optimizer, lr)
+        return lr
 
     # --- the policy -------------------------------------------------------------------------
     def trainable(self, model: Any) -> list[Any]:

@@ -153,11 +153,8 @@ class PPO(ActorCritic):
 
     def set_schedule(self, progress: float) -> float:
         """Anneal learning rate / clip range; ``progress`` in [0, 1]. Returns the lr."""
-        c = self.config
-        lr = annealed(c.learning_rate, progress, c.anneal_lr)
-        self.backend.set_lr(self.optimizer, lr)
-        self.clip_range = annealed(c.clip_range, progress, c.anneal_clip)
-        return lr
+        self.clip_range = annealed(self.config.clip_range, progress, self.config.anneal_clip)
+        return super().set_schedule(progress)
 
 
 class PPOAgent(RolloutAgent):
