@@ -229,6 +229,13 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         metavar="KEY=VALUE",
         help="override the checkpoint's config (e.g. --set backend.device=cpu)",
     )
+    ev.add_argument(
+        "--round",
+        type=int,
+        metavar="N",
+        help="competition envs: the official protocol of round N (sets env.round = N and the "
+        "round's own episode length, env.time_limit unset)",
+    )
     ev.set_defaults(func=cmd_eval)
 
     pl = sub.add_parser("plugins", parents=[common], help="list plugins and what they register")
@@ -378,6 +385,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for text in args.overrides:
         section, key, value = parse_override(text)
         raw.merge({section: {key: value}}, f"--set {text}")
+    if args.round is not None:
+        raw.merge({"env": {"round": args.round, "time_limit": None}}, f"--round {args.round}")
     check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
     config = resolve(raw, registry)
     agent = load_agent(config, registry, ckpt)
@@ -387,6 +396,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"+/- {result.std:.2f} over {len(result.returns)} episodes "
         f"(mean length {sum(result.lengths) / max(1, len(result.lengths)):.1f})"
     )
+    means = result.metric_means()
+    if means:  # the env's episode metrics (a competition's official score, its fall rate)
+        print("  " + ", ".join(f"{name} {value:.3f}" for name, value in sorted(means.items())))
     return 0
 
 
@@ -449,12 +461,15 @@ class ProgressReporter:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[sps]:>7} steps/s"),
-            TextColumn("return {task.fields[ret]:>7}"),
+            TextColumn("{task.fields[episodes]:>6} episodes"),
+            TextColumn("return {task.fields[ret]:>7}{task.fields[score]}"),
             TextColumn("eval {task.fields[eval]:>7}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
         )
-        self.task = self.progress.add_task("train", total=total, sps="-", ret="-", eval="-")
+        self.task = self.progress.add_task(
+            "train", total=total, sps="-", episodes=0, ret="-", score="", eval="-"
+        )
 
     @hookimpl
     def harness_run_start(self, run: Any) -> None:
@@ -470,6 +485,9 @@ class ProgressReporter:
             fields["ret"] = f"{run.recent_return:.1f}"
         if "eval/mean_return" in metrics:
             fields["eval"] = f"{metrics['eval/mean_return']:.1f}"
+        fields["episodes"] = run.episodes
+        if "charts/score" in metrics:  # an env's official score beside the shaped return
+            fields["score"] = f"  score {metrics['charts/score']:>7.1f}"
         self.progress.update(self.task, completed=run.step, **fields)
 
     @hookimpl

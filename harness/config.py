@@ -83,7 +83,8 @@ class RunConfig:
     with an evaluation and a checkpoint."""
     actors: int = 0
     """Remote actor processes stepping the envs (num_envs is split evenly across them); 0 runs
-    the envs in this process."""
+    the envs in this process; -1: one per core of this machine (num_envs is raised to at
+    least that)."""
     cluster: str = ""
     """Cluster address for the actors (tcp://HOST:PORT of `harness cluster start`); empty
     starts an embedded local farm on this machine."""

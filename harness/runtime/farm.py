@@ -46,7 +46,7 @@ from harness.remote import ActorLost, ActorOptions, Client, RemoteClass, complet
 
 if TYPE_CHECKING:
     from harness.registry import Registry
-    from harness.runtime.run import Run
+    from harness.runtime.run import Episode, Run
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class RolloutActor:
         between = start - self._ended if self._ended else 0.0
         if weights is not None:
             self.set_weights(*weights)
-        finished: list[tuple[float, int]] = []
+        finished: list[Episode] = []
         chunk = self.stepper.rollout(self.agent, steps, finished)
         self.agent.env_steps += steps * self.stepper.n
         self._ended = time.perf_counter()
@@ -114,6 +114,12 @@ class RolloutActor:
             between=between,
         )
         return chunk
+
+    def configure_envs(self, changes: dict[str, Any]) -> None:
+        """``configure(**changes)`` on this actor's envs (see ``Run.update_env``)."""
+        from harness.runtime.run import _configure
+
+        _configure(self.envs, changes)
 
     def pid(self) -> int:
         """The actor's process id (tests and the monitor use it)."""
@@ -273,7 +279,7 @@ class FarmCollector:
         self._stepping += float(chunk["seconds"])
         self._between += float(chunk.get("between", 0.0))
 
-    def _stream(self, run: Run, finished: list[tuple[float, int]]) -> None:
+    def _stream(self, run: Run, finished: list[Episode]) -> None:
         """Observe rollouts in arrival order until one iteration's worth of env steps."""
         depth = max(1, self.lag)
         for slot in self.slots:
@@ -295,12 +301,10 @@ class FarmCollector:
             self._received(slot, chunk)
             got += self._observe_rows(run, chunk, finished)
 
-    def _observe_rows(
-        self, run: Run, chunk: dict[str, Any], finished: list[tuple[float, int]]
-    ) -> int:
+    def _observe_rows(self, run: Run, chunk: dict[str, Any], finished: list[Episode]) -> int:
         """Observe a chunk as one batch of ``steps x envs`` rows in time order (an agent with
         independent transitions takes any number of rows); returns the row count."""
-        finished.extend((float(r), int(n)) for r, n in chunk["episodes"])
+        finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
         obs = chunk["obs"]
         rows = int(obs.shape[0] * obs.shape[1])
 
@@ -327,11 +331,11 @@ class FarmCollector:
         run: Run,
         chunks: list[dict[str, Any]],
         width: int,
-        finished: list[tuple[float, int]],
+        finished: list[Episode],
     ) -> None:
         """Observe ``chunks`` side by side (their envs concatenated), step by step."""
         for chunk in chunks:
-            finished.extend((float(r), int(n)) for r, n in chunk["episodes"])
+            finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
         if len(chunks) == 1:
             joined = {name: chunks[0][name] for name in _FIELDS}
             extras = chunks[0]["extras"]
@@ -356,8 +360,19 @@ class FarmCollector:
             run.step += width
         self.received_steps += self.steps * width
 
+    def update_env(self, config: Config, changes: dict[str, Any]) -> None:
+        """New ``[env]`` options: every actor configures its envs; replacements are built with
+        ``config``."""
+        self.config = config
+        pending = [(slot, slot.proxy.configure_envs.future(changes)) for slot in self.slots]
+        for slot, future in pending:  # (each actor first finishes the rollouts it has queued)
+            try:
+                future.result()
+            except ActorLost as exc:
+                self._replace(slot, exc)  # (built with the new options)
+
     # -- the collector interface ---------------------------------------------------------
-    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
+    def collect(self, run: Run, finished: list[Episode]) -> None:
         if self.stream:
             self._stream(run, finished)
             return

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -41,10 +42,43 @@ log = logging.getLogger(__name__)
 RUNNER_STATE = "runner.json"
 
 
+Episode = tuple[float, int, dict[str, float]]
+"""A finished episode: its return, its length and the env's episode metrics (see
+:func:`episode_metrics`)."""
+
+EPISODE_METRICS = "episode_metrics"
+"""Info key of an env's per-episode metrics: a dict of floats (e.g. a competition's official
+score beside the shaped return) in the info of the step that ends the episode. The runner
+reports their means as ``charts/NAME`` and ``eval/NAME``."""
+
+
+def episode_metrics(infos: Mapping[str, Any], i: int) -> dict[str, float]:
+    """Env ``i``'s :data:`EPISODE_METRICS` from a vector step's infos in which it ended
+    (gymnasium's SAME_STEP autoreset keeps the final step's info in ``infos["final_info"]``,
+    merged per key with ``_key`` masks)."""
+    final = infos.get("final_info")
+    if not final:
+        return {}
+    found = final.get(EPISODE_METRICS)
+    mask = final.get("_" + EPISODE_METRICS)
+    if not found or mask is None or not mask[i]:
+        return {}
+    return {
+        name: float(values[i])
+        for name, values in found.items()
+        if not name.startswith("_") and found.get("_" + name, mask)[i]
+    }
+
+
 @dataclass
 class EvalResult:
     returns: list[float]
     lengths: list[int]
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    """The env's episode metrics (see :data:`EPISODE_METRICS`), one list per name."""
+
+    def metric_means(self) -> dict[str, float]:
+        return {name: float(np.mean(v)) for name, v in self.metrics.items() if v}
 
     @property
     def mean(self) -> float:
@@ -97,14 +131,59 @@ class Run:
     """Set by a plugin (e.g. in harness_iteration_end) to end the run after this iteration."""
     collector: Any = None
     """Where experience comes from: SerialCollector, or FarmCollector with remote actors."""
+    env_changes: dict[str, Any] = field(default_factory=dict)
+    """``[env]`` options changed during the run by :meth:`update_env` (kept in checkpoints)."""
+
+    def update_env(self, **changes: Any) -> None:
+        """Change ``[env]`` options of the running envs (a curriculum): every env, here and in
+        every farm actor (replacements and evaluation envs are built with them), gets
+        ``configure(**changes)``, which takes effect at its next episode. Env plugins that
+        support it document which options may change."""
+        current: Any = self.config.env
+        if not changes:
+            return
+        if current is None or not dataclasses.is_dataclass(current) or isinstance(current, type):
+            raise ConfigError(f"{self.config.run.env!r} has no [env] options to change.")
+        names = {f.name for f in dataclasses.fields(current)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ConfigError(
+                f"update_env: [env] has no option {', '.join(map(repr, unknown))} "
+                f"(options: {', '.join(sorted(names))})."
+            )
+        self.config = dataclasses.replace(self.config, env=dataclasses.replace(current, **changes))
+        self.env_changes.update(changes)
+        _configure(self.envs, changes)
+        if self.collector is not None and hasattr(self.collector, "update_env"):
+            self.collector.update_env(self.config, changes)
+        log.info("env options changed at step %d: %s", self.step, changes)
 
     @property
     def recent_return(self) -> float:
         return float(np.mean(self.recent)) if self.recent else float("nan")
 
 
+def _configure(envs: Any, changes: Mapping[str, Any]) -> None:
+    """``configure(**changes)`` on every env of a vector env (see :meth:`Run.update_env`)."""
+    try:
+        envs.call("configure", **changes)
+    except AttributeError:
+        raise ConfigError(
+            f"the env does not support changing options during a run (no configure method); "
+            f"cannot apply {dict(changes)}."
+        ) from None
+
+
 # ------------------------------------------------------------------------------------------
 # Building
+
+
+def cpu_share() -> int:
+    """The cores this process may run on (its CPU affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on Linux)
+        return os.cpu_count() or 1
 
 
 def make_envs(config: Config, registry: Registry, num_envs: int, seed: int | None) -> Any:
@@ -183,6 +262,9 @@ def build_run(
         run_dir = Path(resume)
     else:
         run_dir = new_run_dir(config)
+    if config.run.actors < 0:  # one actor per core of this machine
+        config.run.actors = cpu_share()
+        config.run.num_envs = max(config.run.num_envs, config.run.actors)
     farm = config.run.actors > 0
     if farm and config.run.actors > config.run.num_envs:
         raise ConfigError(
@@ -287,8 +369,9 @@ class EnvStepper:
         self.ep_return = np.zeros(self.n)
         self.ep_length = np.zeros(self.n, dtype=np.int64)
 
-    def step(self, agent: Agent, finished: list[tuple[float, int]]) -> Transition:
-        """One vector step; appends (return, length) of episodes that ended to ``finished``.
+    def step(self, agent: Agent, finished: list[Episode]) -> Transition:
+        """One vector step; appends (return, length, metrics) of episodes that ended to
+        ``finished``.
         The transition's ``next_obs`` holds the true final observation of ended episodes."""
         obs = self.obs
         actions, extras = agent.sample(obs)
@@ -305,16 +388,20 @@ class EnvStepper:
                 real_next[i] = infos["final_obs"][i]
             done = terminated | truncated
             for i in np.flatnonzero(done):
-                finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
+                finished.append(
+                    (
+                        float(self.ep_return[i]),
+                        int(self.ep_length[i]),
+                        episode_metrics(infos, int(i)),
+                    )
+                )
                 self.ep_return[i] = 0.0
                 self.ep_length[i] = 0
             agent.episodes_ended(done)
         self.obs = next_obs
         return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
 
-    def rollout(
-        self, agent: Agent, steps: int, finished: list[tuple[float, int]]
-    ) -> dict[str, Any]:
+    def rollout(self, agent: Agent, steps: int, finished: list[Episode]) -> dict[str, Any]:
         """``steps`` vector steps written into time-major arrays ``(steps, n, ...)``: the
         Transition fields by name plus ``extras`` (a dict). What :meth:`step` gives step by
         step, for a remote actor: no per-step objects, the episode statistics done once at
@@ -322,6 +409,7 @@ class EnvStepper:
         bufs: dict[str, np.ndarray] = {}
         extra_bufs: dict[str, np.ndarray] = {}
         any_done = False
+        ended: dict[tuple[int, int], dict[str, float]] = {}  # (t, env): episode metrics
         for t in range(steps):
             obs = self.obs
             actions, extras = agent.sample(obs)
@@ -353,9 +441,13 @@ class EnvStepper:
                 any_done = True
                 for i in np.flatnonzero(final_mask):
                     bufs["next_obs"][t, i] = infos["final_obs"][i]
+                    metrics = episode_metrics(infos, int(i))
+                    if metrics:
+                        ended[t, int(i)] = metrics
                 agent.episodes_ended(terminated | truncated)
             self.obs = next_obs
-        self._account(bufs["rewards"], bufs["terminated"] | bufs["truncated"], any_done, finished)
+        done = bufs["terminated"] | bufs["truncated"]
+        self._account(bufs["rewards"], done, any_done, finished, ended)
         chunk: dict[str, Any] = dict(bufs)
         chunk["extras"] = extra_bufs
         return chunk
@@ -365,7 +457,8 @@ class EnvStepper:
         rewards: np.ndarray,
         done: np.ndarray,
         any_done: bool,
-        finished: list[tuple[float, int]],
+        finished: list[Episode],
+        ended: Mapping[tuple[int, int], dict[str, float]],
     ) -> None:
         """Episode statistics of ``(T, n)`` rewards and done flags (see :meth:`rollout`)."""
         steps = len(rewards)
@@ -378,7 +471,8 @@ class EnvStepper:
         for t, i in np.argwhere(done):
             before = cum[last[i], i] if last[i] >= 0 else 0.0
             ep_return = self.ep_return[i] + cum[t, i] - before
-            finished.append((float(ep_return), int(self.ep_length[i] + t - last[i])))
+            length = int(self.ep_length[i] + t - last[i])
+            finished.append((float(ep_return), length, ended.get((int(t), int(i)), {})))
             self.ep_return[i] = 0.0
             self.ep_length[i] = 0
             last[i] = t
@@ -393,7 +487,7 @@ class SerialCollector:
     def __init__(self, run: Run) -> None:
         self.stepper = EnvStepper(run.envs, run.config.run.seed + run.step)
 
-    def collect(self, run: Run, finished: list[tuple[float, int]]) -> None:
+    def collect(self, run: Run, finished: list[Episode]) -> None:
         agent, stepper = run.agent, self.stepper
         for _ in range(agent.rollout_len):
             agent.observe(stepper.step(agent, finished))
@@ -410,9 +504,10 @@ def _loop(run: Run, collector: Any) -> bool:
     """Iterate until the step budget or the return threshold; True when stopped early."""
     cfg = run.config.run
     agent = run.agent
-    finished: list[tuple[float, int]] = []
+    finished: list[Episode] = []
     window_returns: list[float] = []
     window_lengths: list[int] = []
+    window_metrics: dict[str, list[float]] = {}
     next_log = run.step + cfg.log_every
     next_eval = run.step + cfg.eval_every if cfg.eval_every > 0 else math.inf
     next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
@@ -424,10 +519,12 @@ def _loop(run: Run, collector: Any) -> bool:
             log.info("run.max_seconds = %g reached at step %d", cfg.max_seconds, run.step)
             return True
         collector.collect(run, finished)
-        for ep_return, ep_length in finished:
+        for ep_return, ep_length, ep_metrics in finished:
             window_returns.append(ep_return)
             window_lengths.append(ep_length)
             run.recent.append(ep_return)
+            for name, value in ep_metrics.items():
+                window_metrics.setdefault(name, []).append(value)
         run.episodes += len(finished)
         finished.clear()
         metrics = dict(agent.learn())
@@ -437,6 +534,8 @@ def _loop(run: Run, collector: Any) -> bool:
         if window_returns:
             metrics["charts/episodic_return"] = float(np.mean(window_returns))
             metrics["charts/episodic_length"] = float(np.mean(window_lengths))
+            for name, values in window_metrics.items():
+                metrics[f"charts/{name}"] = float(np.mean(values))
         if run.step >= next_log:
             now = time.perf_counter()
             metrics["perf/SPS"] = (run.step - steps_window) / max(now - t_window, 1e-9)
@@ -445,7 +544,7 @@ def _loop(run: Run, collector: Any) -> bool:
             run.router.record(run.step, metrics)
             if window_returns:
                 run.history.append((run.step, metrics["charts/episodic_return"]))
-            window_returns, window_lengths = [], []
+            window_returns, window_lengths, window_metrics = [], [], {}
             t_window, steps_window = now, run.step
             next_log = run.step + cfg.log_every
         stop = False
@@ -523,7 +622,9 @@ def _evaluate_and_record(run: Run) -> EvalResult:
     )
     run.eval_history.append((run.step, result.mean))
     run.best_eval = max(run.best_eval, result.mean)
-    run.router.record(run.step, {"eval/mean_return": result.mean, "eval/std_return": result.std})
+    row = {"eval/mean_return": result.mean, "eval/std_return": result.std}
+    row.update({f"eval/{name}": mean for name, mean in result.metric_means().items()})
+    run.router.record(run.step, row)
     return result
 
 
@@ -540,19 +641,20 @@ def evaluate(
         obs, _ = envs.reset(seed=seed)
         ret = np.zeros(n)
         length = np.zeros(n, dtype=np.int64)
-        returns: list[float] = []
-        lengths: list[int] = []
+        result = EvalResult([], [])
         while (quota > 0).any():
-            obs, rewards, terminated, truncated, _ = envs.step(agent.predict(obs))
+            obs, rewards, terminated, truncated, infos = envs.step(agent.predict(obs))
             ret += rewards
             length += 1
             for i in np.flatnonzero(terminated | truncated):
                 if quota[i] > 0:
-                    returns.append(float(ret[i]))
-                    lengths.append(int(length[i]))
+                    result.returns.append(float(ret[i]))
+                    result.lengths.append(int(length[i]))
+                    for name, value in episode_metrics(infos, int(i)).items():
+                        result.metrics.setdefault(name, []).append(value)
                     quota[i] -= 1
                 ret[i], length[i] = 0.0, 0
-        return EvalResult(returns, lengths)
+        return result
     finally:
         envs.close()
 
@@ -574,6 +676,7 @@ def _checkpoint(run: Run) -> Path:
         "history": run.history,
         "eval_history": run.eval_history,
         "recent": list(run.recent),
+        "env_changes": run.env_changes,
     }
 
     def write(tmp: Path) -> None:
@@ -601,6 +704,8 @@ def _load_runner_state(run: Run, ckpt: Path) -> None:
     run.history = [(int(a), float(b)) for a, b in state["history"]]
     run.eval_history = [(int(a), float(b)) for a, b in state["eval_history"]]
     run.recent.extend(state["recent"])
+    if state.get("env_changes"):  # a curriculum's stage goes on where it was
+        run.update_env(**state["env_changes"])
 
 
 def _plot(run: Run) -> None:

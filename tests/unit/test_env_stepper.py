@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from harness.api import EnvInfo
-from harness.runtime.run import EnvStepper
+from harness.runtime.run import EnvStepper, Episode
 from harness.runtime.spaces import env_info
 from harness_algos.random_policy import RandomConfig, make_agent
 from harness_gymnasium.plugin import GymConfig, make_env
+from harness_gymnasium.vector import LeanSyncVectorEnv
 
 
 def _stepper_and_agent(env_id: str, options: GymConfig, n: int) -> tuple[EnvStepper, object]:
@@ -31,8 +36,8 @@ def test_rollout_matches_step_by_step(env_id: str, options: GymConfig) -> None:
     n, steps, rounds = 3, 16, 12
     a, agent_a = _stepper_and_agent(env_id, options, n)
     b, agent_b = _stepper_and_agent(env_id, options, n)
-    finished_a: list[tuple[float, int]] = []
-    finished_b: list[tuple[float, int]] = []
+    finished_a: list[Episode] = []
+    finished_b: list[Episode] = []
     for _ in range(rounds):
         chunk = a.rollout(agent_a, steps, finished_a)
         ts = [b.step(agent_b, finished_b) for _ in range(steps)]
@@ -43,7 +48,52 @@ def test_rollout_matches_step_by_step(env_id: str, options: GymConfig) -> None:
         assert chunk["extras"] == {}
     assert len(finished_a) == len(finished_b) > 3, "no episode ended: the test proves nothing"
     np.testing.assert_allclose(
-        np.array(finished_a, dtype=float), np.array(finished_b, dtype=float), rtol=1e-9
+        np.array([e[:2] for e in finished_a], dtype=float),
+        np.array([e[:2] for e in finished_b], dtype=float),
+        rtol=1e-9,
     )
+    assert [e[2] for e in finished_a] == [e[2] for e in finished_b]
     np.testing.assert_allclose(a.ep_return, b.ep_return, rtol=1e-9, atol=1e-9)
     np.testing.assert_array_equal(a.ep_length, b.ep_length)
+
+
+class _Scored(gym.Wrapper):  # type: ignore[type-arg]
+    """Reports an episode metric the way competition envs do: ``info["episode_metrics"]`` in
+    the info of the step that ends the episode (here: twice the return, and the length)."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.total, self.steps = 0.0, 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, term, trunc, info = self.env.step(action)
+        self.total += float(reward)
+        self.steps += 1
+        if term or trunc:
+            info = dict(info, episode_metrics={"double": 2 * self.total, "steps": self.steps})
+        return obs, reward, term, trunc, info
+
+
+@pytest.mark.parametrize("mode", ["step", "rollout"])
+def test_episode_metrics_reach_the_finished_list(mode: str) -> None:
+    """Per-episode metrics of the env arrive with each finished episode, for the right env and
+    episode, in both stepping paths (serial runs and farm actors)."""
+
+    fns = []
+    for k in range(3):  # different lengths per env: episodes end at different steps
+        fns.append(lambda k=k: _Scored(gym.make("Pendulum-v1", max_episode_steps=7 + 3 * k)))
+    envs = LeanSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    info: EnvInfo = env_info("Pendulum-v1", envs)
+    agent = make_agent(info, None, RandomConfig(), seed=3)  # type: ignore[arg-type]
+    agent.rng = np.random.default_rng(0)
+    stepper = EnvStepper(envs, seed=1)
+    finished: list[Episode] = []
+    if mode == "step":
+        for _ in range(40):
+            stepper.step(agent, finished)
+    else:
+        stepper.rollout(agent, 40, finished)
+    assert len(finished) >= 8
+    for ep_return, length, metrics in finished:
+        assert metrics == {"double": pytest.approx(2 * ep_return), "steps": float(length)}
+    assert {length for _, length, _ in finished} == {7, 10, 13}

@@ -1,0 +1,363 @@
+"""Registers the OpenSim competition envs (``Prosthetics-v0``, ``L2M2019-v0``) and their
+curriculum.
+
+Each env is the competition's own env (``prosthetics.py``, ``l2m.py``: the official rules and
+reward) inside :class:`CompetitionWrapper`, which adds what the packs choose in ``[env]``: a
+reward shaping, frame skip, the official score reported beside the shaped return (episode
+metrics ``score``, ``fell``, ``sim_steps``, ``sim_error``, ``stage``), an ended episode instead
+of a crash when the simulator fails, and a per-step deadline after which a hung simulator's
+process is killed (a farm actor is then replaced by the farm).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from harness import hookimpl
+from harness.errors import ConfigError
+from harness.registry import EnvSpec
+
+log = logging.getLogger(__name__)
+
+IDS = {"Prosthetics-v0": "prosthetics", "L2M2019-v0": "l2m"}
+
+
+@dataclass
+class OsimConfig:
+    """Options shared by the OpenSim competition envs ([env] section)."""
+
+    accuracy: float = 5e-5
+    """Integrator accuracy of OpenSim's Manager (the competitions used 5e-5)."""
+    observation: str = "relative"
+    """'official' (the competition's flat vector) or 'relative' (pelvis-relative features in
+    the heading frame with target-velocity features; see the env modules)."""
+    time_limit: int | None = None
+    """Episode length in simulator steps; unset: the round's (the official protocol)."""
+    frame_skip: int = 1
+    """Simulator steps per agent step, repeating the action (PARL used 4); rewards are summed."""
+    shaping: str = "official"
+    """Reward the learner sees: 'official' or a published shaping (harness_osim.shaping)."""
+    shaping_coef: dict[str, float] = field(default_factory=dict)
+    """Coefficients of the shaping (defaults: the published ones; see harness_osim.shaping)."""
+    step_deadline: float = 0.0
+    """Seconds one simulator step may take before its process is killed (a hung simulator);
+    0 disables. Meant for farm actors, which the farm replaces; a serial run would stop."""
+    curriculum: list[dict[str, Any]] = field(default_factory=list)
+    """Stages: [env] option changes per stage (stage 0 first), e.g. [{shaping_coef =
+    {target_speed = 1.25}}, {shaping_coef = {target_speed = 2.0}}]."""
+    curriculum_metric: str = "score"
+    """Episode metric (as logged: charts/NAME) that advances the curriculum: 'score' (the
+    official score), 'fell', or 'episodic_return'."""
+    curriculum_thresholds: list[float] = field(default_factory=list)
+    """Advance from stage k when a logged window mean of the metric reaches thresholds[k]."""
+    curriculum_stage: int = 0
+    """The current stage (set by the curriculum; resumed runs go on from it)."""
+
+
+@dataclass
+class ProstheticsConfig(OsimConfig):
+    """Options of Prosthetics-v0 (NeurIPS 2018 AI for Prosthetics) ([env] section)."""
+
+    round: int = 1
+    """Competition round: 1 (300 steps, run at 3 m/s) or 2 (1000 steps, follow a changing
+    target velocity)."""
+    poisson_lambda: float = 300.0
+    """Round 2: mean steps between target-velocity changes."""
+
+
+@dataclass
+class L2MConfig(OsimConfig):
+    """Options of L2M2019-v0 (NeurIPS 2019 Learn to Move) ([env] section)."""
+
+    difficulty: int = 3
+    """0: constant 1.4 m/s; 1: forward sinks; 2: round 1 (sinks within +-90 deg); 3: round 2
+    (any direction, two targets)."""
+    init_pose: list[float] | None = None
+    """Initial pose (12 values as osim-rl's INIT_POSE); unset: standing."""
+    round: int | None = None
+    """Official round (overrides difficulty): 1 is difficulty 2, 2 is difficulty 3."""
+
+
+L2M_ROUNDS = {1: 2, 2: 3}
+"""Learn to Move round -> difficulty."""
+
+
+RULE_OPTIONS = {
+    "prosthetics": ("round", "poisson_lambda", "time_limit"),
+    "l2m": ("difficulty", "init_pose", "time_limit"),  # (and round, as its difficulty)
+}
+
+
+def _build_base(family: str, options: OsimConfig) -> Any:
+    kwargs: dict[str, Any] = {
+        "accuracy": options.accuracy,
+        "observation": options.observation,
+        "time_limit": options.time_limit,
+    }
+    if family == "prosthetics":
+        from harness_osim.prosthetics import ProstheticsEnv
+
+        assert isinstance(options, ProstheticsConfig)
+        return ProstheticsEnv(round=options.round, poisson_lambda=options.poisson_lambda, **kwargs)
+    from harness_osim.l2m import L2M2019Env
+
+    assert isinstance(options, L2MConfig)
+    return L2M2019Env(difficulty=_difficulty(options), init_pose=options.init_pose, **kwargs)
+
+
+def _difficulty(options: L2MConfig) -> int:
+    if options.round is None:
+        return options.difficulty
+    if options.round not in L2M_ROUNDS:
+        raise ConfigError(
+            f"[env] round = {options.round} is not a Learn to Move round (1 or 2; or set "
+            f"[env] difficulty 0-3)."
+        )
+    return L2M_ROUNDS[options.round]
+
+
+class CompetitionWrapper(gym.Wrapper):  # type: ignore[type-arg]
+    """Shaping, frame skip, episode metrics, simulator-failure handling and the step deadline
+    around a competition env (see the module docstring)."""
+
+    def __init__(self, env: Any, family: str, options: OsimConfig) -> None:
+        super().__init__(env)
+        from harness_osim.shaping import make_shaping
+
+        if options.frame_skip < 1:
+            raise ConfigError(f"[env] frame_skip = {options.frame_skip} must be >= 1.")
+        if options.step_deadline < 0:
+            raise ConfigError(f"[env] step_deadline = {options.step_deadline} must be >= 0.")
+        self.family = family
+        self.options = options
+        self.shaping = make_shaping(family, options.shaping, options.shaping_coef)
+        self._pending: dict[str, Any] = {}
+        self._new_episode()
+
+    def _new_episode(self) -> None:
+        self.score = 0.0
+        self.sim_steps = 0
+
+    # -- run-time changes (a curriculum) -------------------------------------------------------
+    def configure(self, **changes: Any) -> None:
+        """New [env] options, taking effect at the next reset (see ``Run.update_env``)."""
+        names = {f.name for f in fields(self.options)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ConfigError(f"[env] has no option {', '.join(map(repr, unknown))}.")
+        if "accuracy" in changes or "observation" in changes:
+            raise ConfigError("[env] accuracy and observation cannot change during a run.")
+        self._pending.update(changes)
+
+    def _apply_pending(self) -> None:
+        if not self._pending:
+            return
+        from dataclasses import replace
+
+        from harness_osim.shaping import make_shaping
+
+        changes, self._pending = self._pending, {}
+        self.options = replace(self.options, **changes)
+        rules = {k: v for k, v in changes.items() if k in RULE_OPTIONS[self.family]}
+        if self.family == "l2m" and "round" in changes:
+            assert isinstance(self.options, L2MConfig)
+            rules["difficulty"] = _difficulty(self.options)
+        if rules:
+            self.env.unwrapped.configure(**rules)
+        if "shaping" in changes or "shaping_coef" in changes:
+            self.shaping = make_shaping(
+                self.family, self.options.shaping, self.options.shaping_coef
+            )
+
+    # -- gymnasium API -------------------------------------------------------------------------
+    def reset(self, **kwargs: Any) -> Any:
+        self._apply_pending()
+        obs, info = self.env.reset(**kwargs)
+        self._new_episode()
+        self.shaping.reset(self.env.unwrapped)
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        env = self.env.unwrapped
+        a = np.clip(np.asarray(action, dtype=np.float64), 0.0, 1.0)
+        shaped = 0.0
+        deadline = self.options.step_deadline
+        for _ in range(self.options.frame_skip):
+            if deadline > 0:  # a C-level watchdog: works while OpenSim holds the GIL
+                faulthandler.dump_traceback_later(deadline, exit=True, file=sys.stderr)
+            try:
+                obs, official, terminated, truncated, info = self.env.step(a)
+            finally:
+                if deadline > 0:
+                    faulthandler.cancel_dump_traceback_later()
+            self.sim_steps += 1
+            self.score += float(official)
+            if "sim_error" in info:
+                _log_sim_error(str(info["sim_error"]))
+            else:
+                shaped += self.shaping(env, float(official), a)
+            if terminated or truncated:
+                break
+        if terminated or truncated:
+            info = dict(info)
+            info["episode_metrics"] = {
+                "score": self.score,
+                "fell": float(terminated),
+                "sim_steps": float(self.sim_steps),
+                "sim_error": float("sim_error" in info),
+                "stage": float(self.options.curriculum_stage),
+            }
+        return obs, shaped, terminated, truncated, info
+
+
+_last_logged = [0.0, 0]  # time of the last sim-error log line, errors since
+
+
+def _log_sim_error(reason: str) -> None:
+    """An episode ended by a simulator failure: logged with its reason (at most one line per
+    10 s per process; the count of the others is in the next line)."""
+    now = time.monotonic()
+    _last_logged[1] += 1
+    if now - _last_logged[0] >= 10.0:
+        log.warning(
+            "simulator failure ended an episode (%d since the last report): %s",
+            _last_logged[1],
+            reason,
+        )
+        _last_logged[0], _last_logged[1] = now, 0
+
+
+def make_one(env_id: str, options: OsimConfig) -> Any:
+    """One wrapped competition env (what each slot of the vector env holds)."""
+    family = IDS[env_id]
+    return CompetitionWrapper(_build_base(family, options), family, options)
+
+
+def make_env(
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    seed: int | None = None,
+    vector: str = "sync",
+    options: OsimConfig | None = None,
+) -> Any:
+    """A vector env of ``num_envs`` competition envs with SAME_STEP autoreset."""
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    from harness_gymnasium.vector import LeanSyncVectorEnv
+
+    if options is None:
+        options = ProstheticsConfig() if IDS[env_id] == "prosthetics" else L2MConfig()
+    fns = [functools.partial(make_one, env_id, options)] * num_envs
+    if vector == "sync":
+        envs: Any = LeanSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    elif vector == "async":
+        envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
+    if seed is not None:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+    return envs
+
+
+# -- curriculum -----------------------------------------------------------------------------
+def _check_curriculum(options: OsimConfig) -> None:
+    stages = options.curriculum
+    if not stages:
+        return
+    if len(options.curriculum_thresholds) != len(stages) - 1:
+        raise ConfigError(
+            f"[env] curriculum has {len(stages)} stages, so curriculum_thresholds needs "
+            f"{len(stages) - 1} values (one per advance), not {len(options.curriculum_thresholds)}."
+        )
+    names = {f.name for f in fields(options)} - {"curriculum", "curriculum_stage"}
+    for k, stage in enumerate(stages):
+        unknown = sorted(set(stage) - names)
+        if unknown:
+            raise ConfigError(
+                f"[env] curriculum stage {k} sets {', '.join(map(repr, unknown))}, which is not "
+                f"an [env] option of this env (options: {', '.join(sorted(names))})."
+            )
+    if not 0 <= options.curriculum_stage < len(stages):
+        raise ConfigError(
+            f"[env] curriculum_stage = {options.curriculum_stage} is not a stage (0 to "
+            f"{len(stages) - 1})."
+        )
+
+
+@hookimpl
+def harness_configure(config: Any) -> None:
+    """Before the envs are built: check the curriculum and apply its current stage."""
+    options = config.env
+    if not isinstance(options, OsimConfig) or not options.curriculum:
+        return
+    _check_curriculum(options)
+    stage = options.curriculum_stage
+    for key, value in options.curriculum[stage].items():
+        origin = config.sources.get(f"env.{key}", "")
+        if origin.startswith("--set") and getattr(options, key) != value:
+            raise ConfigError(
+                f"{origin} sets env.{key}, but the curriculum's stage {stage} sets it too "
+                f"({key} = {value!r}), and the stage would win. Change it in the stage "
+                f"(--set 'env.curriculum=[...]') or drop the curriculum (--set env.curriculum=[])."
+            )
+        setattr(options, key, value)
+
+
+@hookimpl
+def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
+    """Advance the curriculum when the logged window mean of its metric reaches the stage's
+    threshold (evaluations and replacement actors then use the new stage too)."""
+    options = run.config.env
+    if not isinstance(options, OsimConfig) or not options.curriculum:
+        return
+    stage = options.curriculum_stage
+    if stage >= len(options.curriculum_thresholds):
+        return
+    value = metrics.get(f"charts/{options.curriculum_metric}")
+    if value is None or value < options.curriculum_thresholds[stage]:
+        return
+    changes = dict(options.curriculum[stage + 1], curriculum_stage=stage + 1)
+    log.info(
+        "curriculum: %s %.3g reached %.3g at step %d; stage %d -> %d",
+        options.curriculum_metric,
+        value,
+        options.curriculum_thresholds[stage],
+        run.step,
+        stage,
+        stage + 1,
+    )
+    run.update_env(**changes)
+
+
+@hookimpl
+def harness_register_envs() -> list[EnvSpec]:
+    return [
+        EnvSpec(
+            "prosthetics",
+            make_env=make_env,
+            accepts=lambda env_id: env_id == "Prosthetics-v0",
+            config_cls=ProstheticsConfig,
+            known_ids=lambda: ["Prosthetics-v0"],
+            description="NeurIPS 2018 AI for Prosthetics on OpenSim 4.6 (harness[osim])",
+        ),
+        EnvSpec(
+            "l2m",
+            make_env=make_env,
+            accepts=lambda env_id: env_id == "L2M2019-v0",
+            config_cls=L2MConfig,
+            known_ids=lambda: ["L2M2019-v0"],
+            description="NeurIPS 2019 Learn to Move on OpenSim 4.6 (harness[osim])",
+        ),
+    ]
