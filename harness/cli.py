@@ -209,6 +209,12 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     run.add_argument("pack", nargs="?", help="pack directory, pack file or competition name")
     run.add_argument("--steps", type=int, help="total env steps (run.total_steps)")
     run.add_argument("--seed", type=int, help="seed (run.seed)")
+    run.add_argument(
+        "--actors",
+        type=int,
+        help="farm actor processes (run.actors; -1: one per core); run.num_envs is raised to "
+        "at least this",
+    )
     run.add_argument("--out", help="parent directory for run directories (run.out)")
     add_config_options(
         run, "override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)"
@@ -331,12 +337,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--resume {resume}: no config.toml there; is it a harness run directory?"
             )
     overrides = list(args.overrides)
-    for flag, key in ((args.steps, "total_steps"), (args.seed, "seed"), (args.out, "out")):
+    for flag, key in (
+        (args.steps, "total_steps"),
+        (args.seed, "seed"),
+        (args.out, "out"),
+        (args.actors, "actors"),
+    ):
         if flag is not None:
             overrides.insert(0, f"run.{key}={_toml_literal(flag)}")
     if args.no_progress:
         overrides.insert(0, "run.progress=false")
     raw = layer(pack_file, [Path(c) for c in args.configs], overrides)
+    if args.actors is not None and args.actors > 0:  # (each actor steps at least one env)
+        num_envs = raw.sections["run"].get("num_envs", RunConfig.num_envs)
+        if isinstance(num_envs, int) and num_envs < args.actors:
+            raw.merge({"run": {"num_envs": args.actors}}, "--actors")
     config = resolve(raw, registry)
     if config.run.progress and sys.stderr.isatty():
         pm.register(ProgressReporter(config.run.total_steps), name="progress")

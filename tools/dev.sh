@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: creates .venv, installs harness with its extras (torch
 # pinned through constraints.txt to the CPU build CI uses), then runs the requested job.
-#   bash tools/dev.sh run     -> trains the quick-start pack (competitions/cartpole)
+#   bash tools/dev.sh run     -> trains the headline pack (competitions/prosthetics, ~20 min)
+#   bash tools/dev.sh run competitions/cartpole   -> another pack (PPO on CartPole, ~1 min)
 #   bash tools/dev.sh test    -> format check, lint, types, then the test suite
 # Extra arguments after the job name go to `harness run` / pytest.
 set -euo pipefail
@@ -22,7 +23,12 @@ fi
 
 case "$job" in
   run)
-    exec .venv/bin/harness run competitions/cartpole "$@"
+    pack=competitions/prosthetics
+    if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then  # a pack name or path first
+      pack="$1"
+      shift
+    fi
+    exec .venv/bin/harness run "$pack" "$@"
     ;;
   test)
     # the web monitor's browser test (Debian package; no-op if present). A failed install does

@@ -76,13 +76,19 @@ def test_every_pack_file_resolves_and_its_search_space_checks(pack: str) -> None
     )
 
 
-def test_wrapper_reports_the_official_score_beside_the_shaped_return() -> None:
+@pytest.mark.parametrize("env_id", ["Prosthetics-v0", "L2M2019-v0"])
+def test_wrapper_reports_the_official_score_beside_the_shaped_return(env_id: str) -> None:
     """Frame skip sums the shaped rewards of the simulator steps; the episode's official score
     is the sum of the env's own rewards, reported as an episode metric when it ends."""
-    from harness_osim.plugin import ProstheticsConfig, make_one
+    from harness_osim.plugin import L2MConfig, ProstheticsConfig, make_one
 
-    opts = ProstheticsConfig(round=2, frame_skip=3, shaping="round2", time_limit=7)
-    env = make_one("Prosthetics-v0", opts)
+    opts: Any = (
+        ProstheticsConfig(round=2, frame_skip=3, shaping="round2", time_limit=7)
+        if env_id == "Prosthetics-v0"
+        else L2MConfig(difficulty=3, frame_skip=3, shaping="velocity_effort", time_limit=7)
+    )
+    env = make_one(env_id, opts)
+    n_muscles = env.action_space.shape[0]
     base = env.env
     official: list[float] = []
     original = base.step
@@ -97,7 +103,7 @@ def test_wrapper_reports_the_official_score_beside_the_shaped_return() -> None:
     rng = np.random.default_rng(0)
     agent_steps = 0
     while True:
-        obs, shaped, term, trunc, info = env.step(rng.uniform(0, 1, 19))
+        obs, shaped, term, trunc, info = env.step(rng.uniform(0, 1, n_muscles))
         agent_steps += 1
         assert np.all(np.isfinite(obs)) and np.isfinite(shaped)
         if term or trunc:
