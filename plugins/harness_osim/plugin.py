@@ -341,23 +341,22 @@ def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
     run.update_env(**changes)
 
 
+FAMILIES = (
+    ("prosthetics", "Prosthetics-v0", ProstheticsConfig, "NeurIPS 2018 AI for Prosthetics"),
+    ("l2m", "L2M2019-v0", L2MConfig, "NeurIPS 2019 Learn to Move"),
+)
+
+
 @hookimpl
 def harness_register_envs() -> list[EnvSpec]:
     return [
         EnvSpec(
-            "prosthetics",
+            family,
             make_env=make_env,
-            accepts=lambda env_id: env_id == "Prosthetics-v0",
-            config_cls=ProstheticsConfig,
-            known_ids=lambda: ["Prosthetics-v0"],
-            description="NeurIPS 2018 AI for Prosthetics on OpenSim 4.6 (harness[osim])",
-        ),
-        EnvSpec(
-            "l2m",
-            make_env=make_env,
-            accepts=lambda env_id: env_id == "L2M2019-v0",
-            config_cls=L2MConfig,
-            known_ids=lambda: ["L2M2019-v0"],
-            description="NeurIPS 2019 Learn to Move on OpenSim 4.6 (harness[osim])",
-        ),
+            accepts=functools.partial(str.__eq__, env_id),
+            config_cls=config_cls,
+            known_ids=functools.partial(list, (env_id,)),
+            description=f"{title} on OpenSim 4.6 (harness[osim])",
+        )
+        for family, env_id, config_cls, title in FAMILIES
     ]
