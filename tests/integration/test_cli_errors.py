@@ -108,3 +108,22 @@ def test_checkpoint_from_another_algorithm(tmp_path: Path) -> None:
         harness("run", "--resume", str(run_dir), "--set", "algo=dqn"),
         "written by algo 'ppo'",
     )
+
+
+@pytest.mark.parametrize("actors", ["3", "-1"])
+def test_actors_flag_sizes_the_farm_and_its_envs(tmp_path: Path, actors: str) -> None:
+    """--actors N runs N farm actors and raises run.num_envs to at least N (each actor steps
+    one env or more); -1 is one actor per core."""
+    import os
+    import tomllib
+
+    proc = harness(
+        "run", str(PACK), "--actors", actors, "--set", "run.num_envs=2", "--steps", "256",
+        "--set", "run.eval_episodes=0", "--out", str(tmp_path), "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = tmp_path.iterdir()
+    run = tomllib.loads((run_dir / "config.toml").read_text())["run"]
+    want = len(os.sched_getaffinity(0)) if actors == "-1" else int(actors)
+    assert run["actors"] == want
+    assert run["num_envs"] == max(2, want)
