@@ -50,23 +50,26 @@ Observations:
   :func:`official_body`).
 * ``"relative"`` (421 values): the 339 official values (which are already in the pelvis
   heading frame) followed by 82 features (see :func:`relative_features`).
+
+What this env shares with ``Prosthetics-v0`` (option checking, reset, the action check, the
+simulator-failure path, the state accessors) is :class:`~harness_osim.base.CompetitionEnv`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from harness.errors import ConfigError, did_you_mean
-from harness_osim.sim import OsimSim, SimulationError, opensim
+from harness.errors import ConfigError
+from harness_osim.base import OBSERVATIONS as OBSERVATIONS
+from harness_osim.base import CompetitionEnv, StepResult, is_int
+from harness_osim.sim import OsimSim, opensim
 from harness_osim.vtgt import TargetField
-
-log = logging.getLogger(__name__)
 
 MODEL_FILE = "gait14dof22musc_20170320.osim"
 MASS = 75.16460000000001
@@ -117,7 +120,6 @@ ankle flexion* (rad). *osim-rl's labels; the values are written negated into
 ``hip_adduction``/``hip_flexion``/``ankle_angle`` (see :func:`pose_writer`), so + is hip
 abduction, hip extension and ankle plantarflexion, as in the observation."""
 
-OBSERVATIONS = ("official", "relative")
 RULE_OPTIONS = ("difficulty", "time_limit", "init_pose", "accuracy")
 """The options :meth:`L2M2019Env.configure` may change between episodes."""
 N_VTGT = 242
@@ -254,7 +256,7 @@ def activation_effort(desc: dict[str, Any]) -> float:
 
 
 # -- reset pose -----------------------------------------------------------------------------
-def pose_writer(init_pose: tuple[float, ...]) -> Any:
+def pose_writer(init_pose: tuple[float, ...]) -> Callable[[Any, Any], None]:
     """The ``pose(model, state)`` callback of :meth:`OsimSim.reset` writing osim-rl's 12-value
     initial pose into the state (generalized coordinate indices of this model: 0 pelvis_tilt,
     1 list, 2 rotation, 3-5 tx/ty/tz, 6/7 right hip flexion/adduction, 9/10 left, 13/14 knees
@@ -406,39 +408,14 @@ def relative_features(
 
 
 # -- options ----------------------------------------------------------------------------------
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 def _check_difficulty(value: Any) -> int:
-    if not _is_int(value) or int(value) not in TIME_LIMITS:
+    if not is_int(value) or int(value) not in TIME_LIMITS:
         raise ConfigError(
             f"L2M2019-v0 option difficulty={value!r} is not allowed; allowed values: 0 "
             f"(constant 1.4 m/s), 1 (sinks straight ahead), 2 (round 1: sinks within +-90 deg), "
             f"3 (round 2: sinks in any direction, two targets)."
         )
     return int(value)
-
-
-def _check_time_limit(value: Any) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value) or value < 1:
-        raise ConfigError(
-            f"L2M2019-v0 option time_limit={value!r} is not allowed; allowed values: a positive "
-            f"number of steps, or None for the difficulty's limit ({TIME_LIMITS})."
-        )
-    return int(value)
-
-
-def _check_accuracy(value: Any) -> float:
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or float(value) <= 0.0:
-        raise ConfigError(
-            f"L2M2019-v0 option accuracy={value!r} is not allowed; allowed values: a finite "
-            f"number > 0."
-        )
-    return float(value)
 
 
 def _check_init_pose(value: Any) -> tuple[float, ...] | None:
@@ -458,32 +435,8 @@ def _check_init_pose(value: Any) -> tuple[float, ...] | None:
     return pose
 
 
-def _check_rule_options(changes: dict[str, Any]) -> dict[str, Any]:
-    """Validate rule options (those :meth:`L2M2019Env.configure` accepts)."""
-    checks = {
-        "difficulty": _check_difficulty,
-        "time_limit": _check_time_limit,
-        "init_pose": _check_init_pose,
-        "accuracy": _check_accuracy,
-    }
-    checked: dict[str, Any] = {}
-    for key, value in changes.items():
-        if key == "observation":
-            raise ConfigError(
-                "L2M2019-v0 option 'observation' cannot change after construction: it fixes "
-                "observation_space. Create a new env instead."
-            )
-        if key not in checks:
-            raise ConfigError(
-                f"L2M2019-v0 has no option {key!r}; options that can change between episodes: "
-                f"{', '.join(RULE_OPTIONS)}.{did_you_mean(key, RULE_OPTIONS)}"
-            )
-        checked[key] = checks[key](value)
-    return checked
-
-
 # -- the env ----------------------------------------------------------------------------------
-class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
+class L2M2019Env(CompetitionEnv):
     """NeurIPS 2019 Learn to Move (see the module docstring for the rules).
 
     Options: ``difficulty`` (0-3), ``time_limit`` (steps; None: the difficulty's),
@@ -492,6 +445,10 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
     :meth:`configure` changes the first four; they take effect at the next :meth:`reset`. The
     observation sizes do not depend on them.
 
+    :meth:`state_desc` is osim-rl's state dictionary plus ``"v_tgt_field"`` (the 2 x 11 x 11
+    local field the observation shows). Actions and :meth:`activations` are in the
+    competition's order (``[i]`` belongs to ``action[i]``, see :data:`ACTION_MUSCLES`).
+
     Every step's info holds ``official_reward`` (= the reward), ``target_velocity`` (ground
     frame, what this step's reward compared the pelvis velocity with), ``footsteps`` (the
     footsteps detected so far) and ``target_reached`` (this step's field update reached a
@@ -499,6 +456,10 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
     ends as truncated with reward 0, the last good observation and ``info["sim_error"]``;
     further steps repeat that until :meth:`reset`.
     """
+
+    env_id = "L2M2019-v0"
+    model_file = MODEL_FILE
+    rule_options = RULE_OPTIONS
 
     def __init__(
         self,
@@ -509,21 +470,15 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
         accuracy: float = 5e-5,
         observation: str = "official",
     ) -> None:
-        if observation not in OBSERVATIONS:
-            raise ConfigError(
-                f"L2M2019-v0 option observation={observation!r} is not allowed; allowed "
-                f"values: {', '.join(OBSERVATIONS)}."
-            )
-        self._options: dict[str, Any] = _check_rule_options(
-            {
+        super().__init__(
+            observation=observation,
+            options={
                 "difficulty": difficulty,
                 "time_limit": time_limit,
                 "init_pose": init_pose,
                 "accuracy": accuracy,
-            }
+            },
         )
-        self.observation_kind = observation
-        self.sim = OsimSim(MODEL_FILE, accuracy=self._options["accuracy"])
         by_action = [ACTION_MUSCLES[ACT2MUS[k]] for k in range(len(ACT2MUS))]
         if by_action != self.sim.muscle_names:
             raise ConfigError(
@@ -533,77 +488,50 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
         self.scale = MuscleScale.of(self.sim)
         self._apply_options()
         self.field = TargetField(self.difficulty, dt=self.sim.step_size)
-        self.sim.reset(pose_writer(self.init_pose))
+        self.sim.reset(self._reset_pose())
         first = self.sim.state_desc()
         self.bodies: tuple[str, ...] = tuple(b for b in first["body_pos"] if b != "pelvis")
         size = N_OFFICIAL if observation == "official" else N_OFFICIAL + N_RELATIVE_EXTRA
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
-        self.action_space = gym.spaces.Box(0.0, 1.0, (self.sim.n_muscles,), np.float32)
         self.book = RewardBook()
-        self._desc: dict[str, Any] = {}
-        self._prev_desc: dict[str, Any] | None = None
         self._obs = np.zeros(size, dtype=np.float32)
         self._v_tgt = np.zeros(2)
-        self._failure: str | None = None
-        self._needs_reset = True
 
     # -- options -------------------------------------------------------------------------------
-    def configure(self, **changes: Any) -> None:
-        """Change rule options (``difficulty``, ``time_limit``, ``init_pose``, ``accuracy``)
-        from the next :meth:`reset` on. Bad keys or values raise ConfigError and change
-        nothing."""
-        self._options.update(_check_rule_options(changes))
+    def _check_rule_option(self, key: str, value: Any) -> Any:
+        if key == "difficulty":
+            return _check_difficulty(value)
+        if key == "time_limit":
+            return self._check_time_limit(value, "difficulty", TIME_LIMITS)
+        if key == "init_pose":
+            return _check_init_pose(value)
+        return self._check_positive(key, value)  # accuracy
 
     def _apply_options(self) -> None:
         opts = self._options
         self.difficulty: int = opts["difficulty"]
-        self.time_limit: int = opts["time_limit"] or TIME_LIMITS[self.difficulty]
+        self.time_limit = opts["time_limit"] or TIME_LIMITS[self.difficulty]
         self.init_pose: tuple[float, ...] = opts["init_pose"] or INIT_POSE
         self.sim.accuracy = opts["accuracy"]
 
-    # -- gymnasium API ---------------------------------------------------------------------------
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode. ``options`` may hold rule options, applied like :meth:`configure`
-        (they persist for later episodes)."""
-        super().reset(seed=seed)
-        if options:
-            self.configure(**options)
-        self._apply_options()
+    # -- episode ---------------------------------------------------------------------------------
+    def _draw_task(self) -> None:
         if self.field.version != self.difficulty:
             self.field = TargetField(self.difficulty, dt=self.sim.step_size)
         self.field.reset(self.np_random)
-        # OpenSim's integrator starts from the controls in place when the Manager is
-        # initialised (the previous episode's last action); fix them at zero so that an
-        # episode depends only on the seed and its own actions.
-        self.sim.actuate(np.zeros(self.sim.n_muscles))
-        self.sim.reset(pose_writer(self.init_pose))
+
+    def _reset_pose(self) -> Callable[[Any, Any], None]:
+        return pose_writer(self.init_pose)
+
+    def _first_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         self.book = RewardBook()
-        self._failure = None
-        self._prev_desc = None
         raw = self.sim.state_desc()
         self._v_tgt = self.field.velocity_at(_pelvis_xy(raw))
-        self._desc = self._update_field(raw)
-        self._obs = self._observe(self._desc)
-        self._needs_reset = False
-        info = {"target_velocity": self.target_velocity(), "footsteps": 0}
-        return self._obs.copy(), info
+        desc = self._update_field(raw)
+        return desc, {"target_velocity": self.target_velocity(), "footsteps": 0}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._needs_reset:
-            raise RuntimeError("L2M2019-v0: call reset() before step()")
-        excitation = self._check_action(action)
-        if self._failure is not None:
-            return self._failed_step()
-        self.sim.actuate(excitation[list(ACT2MUS)])
-        try:
-            self.sim.integrate()
-            raw = _describe_after_step(self.sim)
-        except SimulationError as exc:
-            self._failure = str(exc)
-            log.warning("L2M2019-v0 episode ended by a simulator failure: %s", exc)
-            return self._failed_step()
+    def _advance(self, excitation: np.ndarray) -> StepResult:
+        raw = self._simulate(excitation[list(ACT2MUS)])
         # the reward, before this step's footstep detection and field update (see module doc)
         self._v_tgt = self.field.velocity_at(_pelvis_xy(raw))
         fell = bool(raw["body_pos"]["pelvis"][1] < FALL_HEIGHT)
@@ -623,11 +551,7 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
         forces = raw["forces"]
         self.book.detect_footstep(forces["foot_r"][1], forces["foot_l"][1])
         desc = self._update_field(raw)
-        obs = self._observe(desc)
-        if not np.all(np.isfinite(obs)):
-            self._failure = f"non-finite observation at step {self.sim.istep}"
-            log.warning("L2M2019-v0 episode ended by a simulator failure: %s", self._failure)
-            return self._failed_step()
+        obs = self._observe_finite(desc)
         self._prev_desc, self._desc, self._obs = self._desc, desc, obs
         info = {
             "official_reward": reward,
@@ -637,35 +561,17 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
         }
         return obs.copy(), reward, fell, at_limit, info
 
-    def close(self) -> None:
-        """Drop the integrator; the env can still be reset (nothing else holds resources)."""
-        self.sim.manager = None
-        self._needs_reset = True
-
     # -- accessors for shaping and featurisation ------------------------------------------------
-    def state_desc(self) -> dict[str, Any]:
-        """osim-rl's state dictionary of the current step plus ``"v_tgt_field"`` (the
-        2 x 11 x 11 local field the observation shows). After a simulator failure: the last
-        good step's."""
-        return self._desc
-
-    def prev_state_desc(self) -> dict[str, Any] | None:
-        """The state dictionary before the last step (None right after reset)."""
-        return self._prev_desc
-
     def target_velocity(self) -> np.ndarray:
         """The target velocity at the pelvis, ground frame ``(vx, 0, vz)`` with ``vz = -vy`` of
         the field: after a step, what its reward compared the pelvis velocity with; after
         reset, the target at the initial pelvis position."""
         return np.array([self._v_tgt[0], 0.0, -self._v_tgt[1]])
 
-    def activations(self) -> np.ndarray:
-        """The muscle activations of the current step, in action order (``[i]`` belongs to
-        ``action[i]``, see :data:`ACTION_MUSCLES`)."""
-        muscles = self._desc["muscles"]
-        return np.array([muscles[m]["activation"] for m in ACTION_MUSCLES])
-
     # -- internals --------------------------------------------------------------------------------
+    def _action_muscles(self) -> tuple[str, ...]:
+        return ACTION_MUSCLES
+
     def _update_field(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Advance the target field to the pose of ``raw`` and return the state dictionary
         (a shallow copy: the simulator's cache is never modified) with the local field."""
@@ -682,31 +588,8 @@ class L2M2019Env(gym.Env[np.ndarray, np.ndarray]):
             parts.append(relative_features(desc, self.bodies, local[:, 5, 5]))
         return np.concatenate(parts).astype(np.float32)
 
-    def _failed_step(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        info = {
-            "official_reward": 0.0,
-            "target_velocity": self.target_velocity(),
-            "footsteps": self.book.n_footsteps,
-            "target_reached": False,
-            "sim_error": self._failure,
-        }
-        return self._obs.copy(), 0.0, False, True, info
-
-    def _check_action(self, action: Any) -> np.ndarray:
-        a = np.asarray(action, dtype=np.float64)
-        if a.shape != self.action_space.shape:
-            raise ValueError(
-                f"L2M2019-v0 expects an action of shape {self.action_space.shape} (one "
-                f"excitation per muscle: {', '.join(ACTION_MUSCLES)}), got shape {a.shape}"
-            )
-        bad = ~np.isfinite(a)
-        if bad.any():
-            names = [ACTION_MUSCLES[i] for i in np.flatnonzero(bad)]
-            raise ValueError(
-                f"L2M2019-v0 got a NaN or infinite muscle excitation for {', '.join(names)}; "
-                f"excitations must be finite numbers in [0, 1]"
-            )
-        return a
+    def _failure_info(self) -> dict[str, Any]:
+        return {"footsteps": self.book.n_footsteps, "target_reached": False}
 
 
 def _pelvis_xy(desc: dict[str, Any]) -> np.ndarray:
@@ -718,12 +601,3 @@ def _pelvis_xy(desc: dict[str, Any]) -> np.ndarray:
 def _pelvis_velocity_xy(desc: dict[str, Any]) -> np.ndarray:
     v = desc["body_vel"]["pelvis"]
     return np.array([v[0], -v[2]])
-
-
-def _describe_after_step(sim: OsimSim) -> dict[str, Any]:
-    try:
-        return sim.state_desc()
-    except RuntimeError as exc:  # OpenSim raises RuntimeError when realizing a bad state
-        if isinstance(exc, SimulationError):
-            raise
-        raise SimulationError(f"OpenSim failed at step {sim.istep}: {exc}") from exc

@@ -31,11 +31,13 @@ Where this module deliberately follows osim-rl's source rather than a cleaner re
 * The target vector is ``[s cos(h), 0, s sin(h)]`` (osim-rl's ``rect``). Only the reward reads
   it, and the heading changes are symmetric, so the sign convention of z changes nothing for an
   agent that is given the target; it matters only when comparing with recorded 2018 episodes.
+
+What this env shares with ``L2M2019-v0`` (option checking, reset, the action check, the
+simulator-failure path, the state accessors) is :class:`~harness_osim.base.CompetitionEnv`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -43,10 +45,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from harness.errors import ConfigError, did_you_mean
-from harness_osim.sim import OsimSim, SimulationError
-
-log = logging.getLogger(__name__)
+from harness.errors import ConfigError
+from harness_osim.base import OBSERVATIONS as OBSERVATIONS
+from harness_osim.base import CompetitionEnv, StepResult, is_int
 
 MODEL_FILE = "gait14dof22musc_pros_20180507.osim"
 ROUNDS: dict[int, int] = {1: 300, 2: 1000}
@@ -59,7 +60,6 @@ N_CHANGES = 10
 MAX_SPEED_CHANGE = 0.5
 MAX_HEADING_CHANGE = math.pi / 8
 ACTIVATION_COST = 0.001
-OBSERVATIONS = ("official", "relative")
 RULE_OPTIONS = ("round", "time_limit", "poisson_lambda", "accuracy")
 """The options :meth:`ProstheticsEnv.configure` may change between episodes."""
 
@@ -322,7 +322,7 @@ def relative_observation(
 
 # -- options ----------------------------------------------------------------------------------
 def _check_round(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value not in ROUNDS:
+    if not is_int(value) or value not in ROUNDS:
         raise ConfigError(
             f"Prosthetics-v0 option round={value!r} is not allowed; allowed values: 1 (walk at "
             f"3 m/s, {ROUNDS[1]} steps) or 2 (follow a changing target velocity, "
@@ -331,52 +331,8 @@ def _check_round(value: Any) -> int:
     return int(value)
 
 
-def _check_time_limit(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(
-            f"Prosthetics-v0 option time_limit={value!r} is not allowed; allowed values: a "
-            f"positive number of steps, or None for the round's limit ({ROUNDS})."
-        )
-    return int(value)
-
-
-def _check_positive(name: str, value: Any) -> float:
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or float(value) <= 0.0:
-        raise ConfigError(
-            f"Prosthetics-v0 option {name}={value!r} is not allowed; allowed values: a finite "
-            f"number > 0."
-        )
-    return float(value)
-
-
-def _check_rule_options(changes: dict[str, Any]) -> dict[str, Any]:
-    """Validate rule options (those :meth:`ProstheticsEnv.configure` accepts)."""
-    checked: dict[str, Any] = {}
-    for key, value in changes.items():
-        if key == "round":
-            checked[key] = _check_round(value)
-        elif key == "time_limit":
-            checked[key] = _check_time_limit(value)
-        elif key in ("poisson_lambda", "accuracy"):
-            checked[key] = _check_positive(key, value)
-        elif key == "observation":
-            raise ConfigError(
-                "Prosthetics-v0 option 'observation' cannot change after construction: it "
-                "fixes observation_space. Create a new env instead."
-            )
-        else:
-            raise ConfigError(
-                f"Prosthetics-v0 has no option {key!r}; options that can change between "
-                f"episodes: {', '.join(RULE_OPTIONS)}.{did_you_mean(key, RULE_OPTIONS)}"
-            )
-    return checked
-
-
 # -- the env ----------------------------------------------------------------------------------
-class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
+class ProstheticsEnv(CompetitionEnv):
     """NeurIPS 2018 AI for Prosthetics (see the module docstring for the rules).
 
     Options: ``round`` (1 or 2), ``time_limit`` (steps; None: 300 in round 1, 1000 in round 2),
@@ -384,10 +340,18 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
     (OpenSim integrator accuracy) and ``observation`` (``"official"``: 160 values, see
     :func:`official_observation`; ``"relative"``: 181 values, see :func:`relative_observation`).
     :meth:`configure` changes the first four; they take effect at the next :meth:`reset`.
+    Neither observation kind changes size with them.
+
+    :meth:`state_desc` is osim-rl's state dictionary plus ``"target_vel"`` (3 floats, the target
+    of this step). Actions and :meth:`activations` are in the model's muscle order.
 
     If OpenSim fails during a step, the episode ends as truncated with reward 0, the last good
     observation and ``info["sim_error"]``; further steps repeat that until :meth:`reset`.
     """
+
+    env_id = "Prosthetics-v0"
+    model_file = MODEL_FILE
+    rule_options = RULE_OPTIONS
 
     def __init__(
         self,
@@ -398,21 +362,15 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
         accuracy: float = 5e-5,
         observation: str = "official",
     ) -> None:
-        if observation not in OBSERVATIONS:
-            raise ConfigError(
-                f"Prosthetics-v0 option observation={observation!r} is not allowed; allowed "
-                f"values: {', '.join(OBSERVATIONS)}."
-            )
-        self._options: dict[str, Any] = _check_rule_options(
-            {
+        super().__init__(
+            observation=observation,
+            options={
                 "round": round,
                 "time_limit": time_limit,
                 "poisson_lambda": poisson_lambda,
                 "accuracy": accuracy,
-            }
+            },
         )
-        self.observation_kind = observation
-        self.sim = OsimSim(MODEL_FILE, accuracy=self._options["accuracy"])
         self._apply_options()
         self.sim.reset()
         first = self.sim.state_desc()
@@ -429,76 +387,43 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
             max_forces=np.asarray(self.sim.max_forces, dtype=np.float64),
         )
         self._targets = np.tile(np.asarray(ROUND1_TARGET), (self.time_limit + 1, 1))
-        self._desc: dict[str, Any] = {**first, "target_vel": list(ROUND1_TARGET)}
-        self._prev_desc: dict[str, Any] | None = None
+        self._desc = {**first, "target_vel": list(ROUND1_TARGET)}
         size = self._observe(self._desc).shape[0]
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
-        self.action_space = gym.spaces.Box(0.0, 1.0, (self.sim.n_muscles,), np.float32)
         self._istep = 0
         self._obs = self._observe(self._desc)
-        self._failure: str | None = None
-        self._needs_reset = True
 
     # -- options -------------------------------------------------------------------------------
-    def configure(self, **changes: Any) -> None:
-        """Change rule options (``round``, ``time_limit``, ``poisson_lambda``, ``accuracy``)
-        from the next :meth:`reset` on. Bad keys or values raise ConfigError and change
-        nothing. Neither observation kind changes size with these options."""
-        self._options.update(_check_rule_options(changes))
+    def _check_rule_option(self, key: str, value: Any) -> Any:
+        if key == "round":
+            return _check_round(value)
+        if key == "time_limit":
+            return self._check_time_limit(value, "round", ROUNDS)
+        return self._check_positive(key, value)  # poisson_lambda, accuracy
 
     def _apply_options(self) -> None:
         opts = self._options
         self.round: int = opts["round"]
-        self.time_limit: int = opts["time_limit"] or ROUNDS[self.round]
+        self.time_limit = opts["time_limit"] or ROUNDS[self.round]
         self.poisson_lambda: float = opts["poisson_lambda"]
         self.sim.accuracy = opts["accuracy"]
 
-    # -- gymnasium API ---------------------------------------------------------------------------
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode. ``options`` may hold rule options, applied like :meth:`configure`
-        (they persist for later episodes)."""
-        super().reset(seed=seed)
-        if options:
-            self.configure(**options)
-        self._apply_options()
+    # -- episode ---------------------------------------------------------------------------------
+    def _draw_task(self) -> None:
         n = self.time_limit + 1
         if self.round == 2:
             self._targets = generate_targets(self.np_random, n, self.poisson_lambda).velocity
         else:
             self._targets = np.tile(np.asarray(ROUND1_TARGET), (n, 1))
-        # OpenSim's integrator starts from the controls in place when the Manager is
-        # initialised (the previous episode's last action), which changes the first steps; fix
-        # them at zero so that an episode depends only on the seed and its own actions.
-        self.sim.actuate(np.zeros(self.sim.n_muscles))
-        self.sim.reset()
-        self._istep = 0
-        self._failure = None
-        self._prev_desc = None
-        self._desc = self._describe()
-        self._obs = self._observe(self._desc)
-        self._needs_reset = False
-        return self._obs.copy(), {"target_velocity": self.target_velocity()}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._needs_reset:
-            raise RuntimeError("Prosthetics-v0: call reset() before step()")
-        excitation = self._check_action(action)
-        if self._failure is not None:
-            return self._failed_step()
-        self.sim.actuate(excitation)
-        try:
-            self.sim.integrate()
-            desc = self._describe_after_step()
-            obs = self._observe(desc)
-            if not np.all(np.isfinite(obs)):
-                raise SimulationError(f"non-finite observation at step {self.sim.istep}")
-            activations = self.sim.activations() if self.round == 2 else None
-        except SimulationError as exc:
-            self._failure = str(exc)
-            log.warning("Prosthetics-v0 episode ended by a simulator failure: %s", exc)
-            return self._failed_step()
+    def _first_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._istep = 0
+        return self._describe(self.sim.state_desc()), {"target_velocity": self.target_velocity()}
+
+    def _advance(self, excitation: np.ndarray) -> StepResult:
+        desc = self._describe(self._simulate(excitation))
+        obs = self._observe_finite(desc)
+        activations = self.sim.activations() if self.round == 2 else None
         self._prev_desc, self._desc, self._obs = self._desc, desc, obs
         self._istep = self.sim.istep
         target = self.target_velocity()
@@ -511,21 +436,7 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
         info = {"official_reward": reward, "target_velocity": target}
         return obs.copy(), reward, terminated, truncated, info
 
-    def close(self) -> None:
-        """Drop the integrator; the env can still be reset (nothing else holds resources)."""
-        self.sim.manager = None
-        self._needs_reset = True
-
     # -- accessors for shaping and featurisation ------------------------------------------------
-    def state_desc(self) -> dict[str, Any]:
-        """osim-rl's state dictionary of the current step plus ``"target_vel"`` (3 floats, the
-        target of this step). After a simulator failure: the last good step's."""
-        return self._desc
-
-    def prev_state_desc(self) -> dict[str, Any] | None:
-        """The state dictionary before the last step (None right after reset)."""
-        return self._prev_desc
-
     def target_velocity(self) -> np.ndarray:
         """The target velocity (ground frame, shape (3,)) of the current step index; the last
         step's reward was computed against it."""
@@ -538,24 +449,12 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
         ``(time_limit + 1, 3)``; row ``i`` rewards the step that ends at step index ``i``."""
         return self._targets.copy()
 
-    def activations(self) -> np.ndarray:
-        """The muscle activations of the current step (model muscle order)."""
-        return np.array([self._desc["muscles"][m]["activation"] for m in self.sim.muscle_names])
-
     # -- internals --------------------------------------------------------------------------------
-    def _describe(self) -> dict[str, Any]:
-        """The simulator's dictionary (shallow-copied, so the simulator's cache is never
+    def _describe(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The simulator's dictionary ``raw`` (shallow-copied, so the simulator's cache is never
         modified) plus the target velocity of the current step."""
         target = self._targets[min(self.sim.istep, len(self._targets) - 1)]
-        return {**self.sim.state_desc(), "target_vel": [float(v) for v in target]}
-
-    def _describe_after_step(self) -> dict[str, Any]:
-        try:
-            return self._describe()
-        except RuntimeError as exc:  # OpenSim raises RuntimeError when realizing a bad state
-            if isinstance(exc, SimulationError):
-                raise
-            raise SimulationError(f"OpenSim failed at step {self.sim.istep}: {exc}") from exc
+        return {**raw, "target_vel": [float(v) for v in target]}
 
     def _observe(self, desc: dict[str, Any]) -> np.ndarray:
         if self.observation_kind == "official":
@@ -563,27 +462,3 @@ class ProstheticsEnv(gym.Env[np.ndarray, np.ndarray]):
         else:
             obs = relative_observation(desc, np.asarray(desc["target_vel"]), self.layout)
         return obs.astype(np.float32)
-
-    def _failed_step(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        info = {
-            "official_reward": 0.0,
-            "target_velocity": self.target_velocity(),
-            "sim_error": self._failure,
-        }
-        return self._obs.copy(), 0.0, False, True, info
-
-    def _check_action(self, action: Any) -> np.ndarray:
-        a = np.asarray(action, dtype=np.float64)
-        if a.shape != self.action_space.shape:
-            raise ValueError(
-                f"Prosthetics-v0 expects an action of shape {self.action_space.shape} (one "
-                f"excitation per muscle: {', '.join(self.sim.muscle_names)}), got shape {a.shape}"
-            )
-        bad = ~np.isfinite(a)
-        if bad.any():
-            names = [self.sim.muscle_names[i] for i in np.flatnonzero(bad)]
-            raise ValueError(
-                f"Prosthetics-v0 got a NaN or infinite muscle excitation for "
-                f"{', '.join(names)}; excitations must be finite numbers in [0, 1]"
-            )
-        return a
