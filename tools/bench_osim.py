@@ -61,6 +61,9 @@ import numpy as np
 
 from harness import hookimpl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_farm import cpu_seconds, machine_cpu
+
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 STEP_SIZE = 0.01
@@ -590,30 +593,6 @@ def pair_rate(path: Path, args: argparse.Namespace, time_limit: int) -> float:
     for proc in procs:
         proc.join(timeout=30)
     return float(total)
-
-
-def cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
-    """(this process's CPU seconds, summed CPU seconds of ``pids``)."""
-    import psutil
-
-    def total(proc: Any) -> float:
-        t = proc.cpu_times()
-        return float(t.user + t.system)
-
-    actors = 0.0
-    for pid in pids:
-        try:
-            actors += total(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    return total(psutil.Process()), actors
-
-
-def machine_cpu() -> tuple[int, int]:
-    """(idle, total) jiffies of the machine since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields)
 
 
 def with_others_load(fn: Callable[[], T]) -> tuple[T, float]:
