@@ -126,7 +126,7 @@ def _difficulty(options: L2MConfig) -> int:
     return L2M_ROUNDS[options.round]
 
 
-class CompetitionWrapper(gym.Wrapper):  # type: ignore[type-arg]
+class CompetitionWrapper(gym.Wrapper[Any, Any, Any, Any]):
     """Shaping, frame skip, episode metrics, simulator-failure handling and the step deadline
     around a competition env (see the module docstring)."""
 
@@ -173,7 +173,8 @@ class CompetitionWrapper(gym.Wrapper):  # type: ignore[type-arg]
             assert isinstance(self.options, L2MConfig)
             rules["difficulty"] = _difficulty(self.options)
         if rules:
-            self.env.unwrapped.configure(**rules)
+            base: Any = self.env.unwrapped
+            base.configure(**rules)
         if "shaping" in changes or "shaping_coef" in changes:
             self.shaping = make_shaping(
                 self.family, self.options.shaping, self.options.shaping_coef

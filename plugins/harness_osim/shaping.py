@@ -84,7 +84,7 @@ class FixedSpeed(Shaping):
         v = _pelvis_velocity(env)
         vel_penalty = (v[0] - c["target_speed"]) ** 2 + v[1] ** 2
         act = max(c["act_lb"], float(np.linalg.norm(action)))
-        return 36.0 - c["vel_coef"] * vel_penalty - c["act_coef"] * act
+        return float(36.0 - c["vel_coef"] * vel_penalty - c["act_coef"] * act)
 
 
 class Round2(Shaping):
@@ -112,7 +112,7 @@ class Round2(Shaping):
         r = 10.0 - c["vel_coef"] * ((target[0] - v[0]) ** 2 + (target[2] - v[1]) ** 2)
         if self.steps >= c["grace"] and self.steps - self.changed_at >= c["grace"]:
             r -= c["act_coef"] * max(c["act_lb"], float(np.linalg.norm(action)))
-        return r - 0.001 * _activation_cost(env)
+        return float(r - 0.001 * _activation_cost(env))
 
 
 class VelocityEffort(Shaping):
