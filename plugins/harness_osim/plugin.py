@@ -300,7 +300,7 @@ def _check_curriculum(options: OsimConfig) -> None:
 @hookimpl
 def harness_configure(config: Any) -> None:
     """Before the envs are built: check the curriculum and apply its current stage."""
-    options = config.env
+    options = getattr(config, "env", None)
     if not isinstance(options, OsimConfig) or not options.curriculum:
         return
     _check_curriculum(options)
