@@ -275,37 +275,49 @@ class Family:
     variants: list[Variant]
 
 
+def env_variants(
+    args: argparse.Namespace,
+    env_cls: Any,
+    config_cls: Any,
+    env_id: str,
+    rules: dict[str, Any],
+    shaping: str,
+    perm: np.ndarray | None = None,
+) -> list[Any]:
+    """The bare env (official and relative observations) and the packs' wrapped env (shaping
+    official and ``shaping``) of one competition, as benchmark variants."""
+    from harness_osim.plugin import make_one
+
+    common = {"time_limit": args.time_limit, "accuracy": args.accuracy, **rules}
+    out = []
+    for obs in ("official", "relative"):
+        env = env_cls(observation=obs, **common)
+        out.append(env_variant(f"bare env, {obs} obs", env, args.seed, perm))
+    for name in ("official", shaping):
+        options = config_cls(observation=args.observation, frame_skip=1, shaping=name, **common)
+        label = f"wrapped (make_one), {args.observation} obs, shaping {name}"
+        out.append(env_variant(label, make_one(env_id, options), args.seed, perm))
+    return out
+
+
 def prosthetics_family(args: argparse.Namespace) -> Family:
-    from harness_osim.plugin import ProstheticsConfig, make_one
+    from harness_osim.plugin import ProstheticsConfig
     from harness_osim.prosthetics import ProstheticsEnv
     from harness_osim.sim import model_path
 
     path = model_path(PROSTHETICS_MODEL)
     raw = RawLoop(path, accuracy=args.accuracy, time_limit=args.time_limit)
     variants = [raw_variant(raw), *control_variant(path, args)]
-    for obs in ("official", "relative"):
-        env = ProstheticsEnv(
-            round=args.round, time_limit=args.time_limit, observation=obs, accuracy=args.accuracy
-        )
-        variants.append(env_variant(f"bare env, {obs} obs", env, args.seed))
-    for shaping in ("official", "round2"):
-        options = ProstheticsConfig(
-            round=args.round,
-            time_limit=args.time_limit,
-            observation=args.observation,
-            accuracy=args.accuracy,
-            frame_skip=1,
-            shaping=shaping,
-        )
-        env = make_one("Prosthetics-v0", options)
-        name = f"wrapped (make_one), {args.observation} obs, shaping {shaping}"
-        variants.append(env_variant(name, env, args.seed))
+    rules = {"round": args.round}
+    variants += env_variants(
+        args, ProstheticsEnv, ProstheticsConfig, "Prosthetics-v0", rules, "round2"
+    )
     return Family("Prosthetics-v0", raw, variants)
 
 
 def l2m_family(args: argparse.Namespace) -> Family:
     from harness_osim.l2m import ACTION_MUSCLES, L2M2019Env
-    from harness_osim.plugin import L2MConfig, make_one
+    from harness_osim.plugin import L2MConfig
     from harness_osim.sim import model_path
 
     path = model_path(L2M_MODEL)
@@ -313,26 +325,10 @@ def l2m_family(args: argparse.Namespace) -> Family:
     # the env's action i excites muscle ACTION_MUSCLES[i]; the raw loop takes model order
     perm = np.array([raw.muscle_names.index(m) for m in ACTION_MUSCLES])
     variants = [raw_variant(raw), *control_variant(path, args, pose=L2M_STANDING_Q)]
-    for obs in ("official", "relative"):
-        env = L2M2019Env(
-            difficulty=args.difficulty,
-            time_limit=args.time_limit,
-            observation=obs,
-            accuracy=args.accuracy,
-        )
-        variants.append(env_variant(f"bare env, {obs} obs", env, args.seed, perm))
-    for shaping in ("official", "velocity_effort"):
-        options = L2MConfig(
-            difficulty=args.difficulty,
-            time_limit=args.time_limit,
-            observation=args.observation,
-            accuracy=args.accuracy,
-            frame_skip=1,
-            shaping=shaping,
-        )
-        env = make_one("L2M2019-v0", options)
-        name = f"wrapped (make_one), {args.observation} obs, shaping {shaping}"
-        variants.append(env_variant(name, env, args.seed, perm))
+    rules = {"difficulty": args.difficulty}
+    variants += env_variants(
+        args, L2M2019Env, L2MConfig, "L2M2019-v0", rules, "velocity_effort", perm
+    )
     return Family("L2M2019-v0", raw, variants)
 
 
