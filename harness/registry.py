@@ -20,7 +20,9 @@ class AlgorithmSpec:
     """An algorithm: ``make_agent(env_info, backend, config) -> Agent``.
 
     ``action_spaces`` lists the action-space kinds it supports ("discrete", "box") so an
-    incompatible pairing is refused at start-up, before any training.
+    incompatible pairing is refused at start-up, before any training. ``backends`` names the
+    backends it runs on when it needs framework code of its own; empty (the default) means
+    every backend, as for an algorithm written against :class:`harness.api.Backend` only.
     """
 
     name: str
@@ -29,6 +31,7 @@ class AlgorithmSpec:
     action_spaces: tuple[str, ...] = ("discrete", "box")
     description: str = ""
     plugin: str = ""
+    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class BackendSpec:
     install_hint: str = ""
     description: str = ""
     plugin: str = ""
+    preload: tuple[str, ...] = ()
+    """Modules worth importing once in a fork server before actor processes are forked (the
+    framework itself: ~150 MB and 1-2 s per process otherwise)."""
 
 
 @dataclass(frozen=True)

@@ -131,22 +131,22 @@ class RolloutActor:
 
 def preload_modules(config: Config, registry: Registry) -> list[str]:
     """Modules an embedded farm's actors should share with their fork server instead of each
-    importing them (the plugins a run of ``config`` uses and, for the torch backend, torch:
-    ~150 MB per actor and 1-2 s of start-up otherwise)."""
+    importing them (the plugins a run of ``config`` uses and the backend's framework, its
+    ``BackendSpec.preload``: ~150 MB per actor and 1-2 s of start-up otherwise)."""
     from importlib.metadata import entry_points
 
     cfg = config.run
     modules = ["harness.runtime.farm", "harness.runtime.run", "harness.plugins"]
     # every plugin module: each actor (and each tune trial) discovers the plugins again
     modules += sorted({ep.module for ep in entry_points(group="harness")})
+    backend = registry.backends.get(cfg.backend)
     for obj in (
         registry.algorithms.get(cfg.algo).make_agent,
         registry.env_for(cfg.env).make_env,
-        registry.backends.get(cfg.backend).load,
+        backend.load,
     ):
         modules.append(obj.__module__)
-    if cfg.backend == "torch":
-        modules += ["torch", "harness_torch.backend"]
+    modules += backend.preload
     if registry.env_for(cfg.env).name == "gymnasium":
         modules.append("gymnasium")
     return modules

@@ -206,6 +206,7 @@ def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
             f"{info.env_id!r} (it supports: {', '.join(spec.action_spaces)}). Algorithms that "
             f"fit: {', '.join(sorted(fits)) or 'none installed'}."
         )
+    check_backend_supported(registry, config.run.algo, config.run.backend)
     backend_spec = registry.backends.get(config.run.backend)
     backend = backend_spec.load(config.backend)
     backend.seed(config.run.seed)
@@ -213,6 +214,19 @@ def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
         info, backend, config.algo, seed=config.run.seed, total_steps=config.run.total_steps
     )
     return agent
+
+
+def check_backend_supported(registry: Registry, algo: str, backend: str) -> None:
+    """Refuse an algorithm on a backend it does not declare (``AlgorithmSpec.backends``)."""
+    spec = registry.algorithms.get(algo)
+    if not spec.backends or backend in spec.backends:
+        return
+    fits = [n for n, s in registry.algorithms.items() if not s.backends or backend in s.backends]
+    raise IncompatibleError(
+        f"Algorithm {algo!r} (plugin {spec.plugin or '?'}) does not run on backend {backend!r}: "
+        f"it supports {', '.join(spec.backends)}. Use --set backend={spec.backends[0]}, or an "
+        f"algorithm that runs on {backend!r}: {', '.join(sorted(fits)) or 'none installed'}."
+    )
 
 
 def new_run_dir(config: Config) -> Path:
@@ -255,6 +269,7 @@ def build_run(
 ) -> Run:
     """Everything a run needs, restored from ``resume`` (a run directory) when given."""
     pm.hook.harness_configure(config=config)
+    check_backend_supported(registry, config.run.algo, config.run.backend)  # before any file
     ckpt = None
     if resume is not None:
         ckpt = latest_checkpoint(resume)

@@ -19,6 +19,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
+from harness import numpy_nets
 from harness.errors import ConfigError
 from harness_torch.plugin import TorchConfig
 
@@ -198,10 +199,10 @@ class TorchBackend:
         batches a numpy matmul chain costs a fraction of torch's per-operation overhead
         (measured: one 8-observation PPO action 257 -> 58 us). Other modules fall back to the
         torch forward."""
-        if isinstance(model, _ParallelMLP) and type(model.act) in _NUMPY_ACTIVATIONS:
+        if isinstance(model, _ParallelMLP) and type(model.act) in _ACTIVATION_NAMES:
             return _numpy_parallel(model)
         if isinstance(model, nn.Sequential) and all(
-            isinstance(m, nn.Flatten | nn.Linear) or type(m) in _NUMPY_ACTIVATIONS for m in model
+            isinstance(m, nn.Flatten | nn.Linear) or type(m) in _ACTIVATION_NAMES for m in model
         ):
             return _numpy_sequential(model)
 
@@ -481,53 +482,30 @@ def _nvml_handle(index: int) -> tuple[Any, Any] | None:
         return None
 
 
-_NUMPY_ACTIVATIONS: dict[type[nn.Module], Callable[[np.ndarray], np.ndarray]] = {
-    nn.Tanh: np.tanh,
-    nn.ReLU: lambda x: np.maximum(x, 0.0),
-    nn.ELU: lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
-}
+_ACTIVATION_NAMES: dict[type[nn.Module], str] = {cls: name for name, cls in _ACTIVATIONS.items()}
 
 
 def _np32(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy().copy()
 
 
-def _numpy_parallel(model: _ParallelMLP) -> Callable[[np.ndarray], list[np.ndarray]]:
-    weights = [_np32(w) for w in model.weights]
-    biases = [_np32(b) for b in model.biases]
-    act = _NUMPY_ACTIVATIONS[type(model.act)]
-    dims, last = model.out_dims, len(weights) - 1
-
-    def forward(x: Any) -> list[np.ndarray]:
-        if isinstance(x, list | tuple):  # one input per member: (k, B, in)
-            h = np.stack([np.asarray(xi, np.float32).reshape(len(xi), -1) for xi in x])
-        else:
-            h = np.asarray(x, np.float32).reshape(len(x), -1)
-        for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            h = h @ w + b  # (B, in) or (k, B, in) @ (k, in, out) -> (k, B, out)
-            if i < last:
-                h = act(h)
-        return [h[j, :, :d] for j, d in enumerate(dims)]
-
-    return forward
+def _numpy_parallel(model: _ParallelMLP) -> Callable[[Any], list[np.ndarray]]:
+    return numpy_nets.parallel(
+        [_np32(w) for w in model.weights],
+        [_np32(b) for b in model.biases],
+        _ACTIVATION_NAMES[type(model.act)],
+        model.out_dims,
+    )
 
 
 def _numpy_sequential(model: nn.Sequential) -> Callable[[np.ndarray], np.ndarray]:
-    steps: list[Callable[[np.ndarray], np.ndarray]] = []
+    steps: list[tuple[np.ndarray, np.ndarray] | str] = []
     for m in model:
         if isinstance(m, nn.Linear):
-            w, b = _np32(m.weight).T.copy(), _np32(m.bias)
-            steps.append(lambda h, w=w, b=b: h @ w + b)
+            steps.append((_np32(m.weight).T, _np32(m.bias)))  # torch keeps (out, in)
         elif not isinstance(m, nn.Flatten):
-            steps.append(_NUMPY_ACTIVATIONS[type(m)])
-
-    def forward(x: np.ndarray) -> np.ndarray:
-        h = np.asarray(x, np.float32).reshape(len(x), -1)
-        for step in steps:
-            h = step(h)
-        return h
-
-    return forward
+            steps.append(_ACTIVATION_NAMES[type(m)])
+    return numpy_nets.sequential(steps)
 
 
 @functools.cache

@@ -59,5 +59,6 @@ def harness_register_backends() -> list[BackendSpec]:
             config_cls=TorchConfig,
             install_hint="pip install 'harness[torch]'",
             description="PyTorch on CPU or CUDA",
+            preload=("torch", "harness_torch.backend"),
         )
     ]

@@ -76,17 +76,14 @@ def test_gymnasium_env_family_conforms(env_id: str) -> None:
     check_env(spec, env_id)
 
 
-def test_torch_backend_conforms() -> None:
-    pytest.importorskip("torch", reason="torch is not installed (pip install 'harness[torch]')")
-    spec = first_party()[1].backends.get("torch")
-    # One intra-op thread: a tiny MLP on two threads of a shared 2-core runner is ~15x slower.
-    backend = spec.load(spec.config_cls(device="cpu", threads=1) if spec.config_cls else None)
-    check_backend(backend)
+def test_backend_conforms(harness_backend: Any) -> None:
+    check_backend(harness_backend)
 
 
 @pytest.mark.parametrize(("name", "kind"), algorithm_cases())
-def test_first_party_algorithm_conforms(name: str, kind: str, torch_backend: Any) -> None:
-    check_algorithm(first_party()[1].algorithms.get(name), torch_backend, INFOS[kind])
+def test_first_party_algorithm_conforms(name: str, kind: str, harness_backend: Any) -> None:
+    """Every algorithm on every installed backend (one algorithm file, two frameworks)."""
+    check_algorithm(first_party()[1].algorithms.get(name), harness_backend, INFOS[kind])
 
 
 # ------------------------------------------------------------------------------------------

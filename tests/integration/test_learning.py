@@ -2,7 +2,8 @@
 150k reach a mean greedy return >= 475 over 20 evaluation episodes. The run stops at the first
 periodic evaluation above the threshold; the test then re-evaluates the final checkpoint on 20
 fresh episodes (other seeds) through `harness eval`'s code path, so a lucky evaluation does not
-pass. CI runs seed 1 of each; the other seeds are marked slow."""
+pass. Each runs on every installed backend (torch, paddle). CI runs seed 1 of each; the other
+seeds are marked slow."""
 
 from __future__ import annotations
 
@@ -21,12 +22,20 @@ DQN = ROOT / "competitions" / "cartpole" / "dqn.toml"
 THRESHOLD = 475.0
 
 
-def train_and_reevaluate(user_files: list[Path], budget: int, seed: int, out: Path) -> float:
+def train_and_reevaluate(
+    user_files: list[Path], budget: int, seed: int, out: Path, backend: str = "torch"
+) -> float:
     from harness.runtime import train
 
     pm = make_plugin_manager()
     registry = collect_registry(pm)
-    overrides = [f"seed={seed}", f"total_steps={budget}", f"out='{out}'", "trackers=['csv']"]
+    overrides = [
+        f"seed={seed}",
+        f"total_steps={budget}",
+        f"out='{out}'",
+        "trackers=['csv']",
+        f"backend='{backend}'",
+    ]
     config = resolve(layer(PACK, user_files, overrides, environ={}), registry)
     result = train(config, registry, pm)
     assert result.steps <= budget + config.run.num_envs * 512
@@ -39,14 +48,14 @@ def train_and_reevaluate(user_files: list[Path], budget: int, seed: int, out: Pa
 @pytest.mark.parametrize(
     "seed", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
 )
-def test_ppo_solves_cartpole(seed: int, tmp_path: Path) -> None:
-    mean = train_and_reevaluate([], 100_000, seed, tmp_path)
+def test_ppo_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
+    mean = train_and_reevaluate([], 100_000, seed, tmp_path, harness_backend_name)
     assert mean >= THRESHOLD, f"PPO seed {seed}: fresh 20-episode mean {mean:.1f} < {THRESHOLD}"
 
 
 @pytest.mark.parametrize(
     "seed", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
 )
-def test_dqn_solves_cartpole(seed: int, tmp_path: Path) -> None:
-    mean = train_and_reevaluate([DQN], 150_000, seed, tmp_path)
+def test_dqn_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
+    mean = train_and_reevaluate([DQN], 150_000, seed, tmp_path, harness_backend_name)
     assert mean >= THRESHOLD, f"DQN seed {seed}: fresh 20-episode mean {mean:.1f} < {THRESHOLD}"

@@ -37,7 +37,9 @@ FAST_START = {
 }
 
 
-def train_and_reevaluate(algo: str, seed: int, out: Path, extra: list[str]) -> tuple[float, Path]:
+def train_and_reevaluate(
+    algo: str, seed: int, out: Path, extra: list[str], backend: str = "torch"
+) -> tuple[float, Path]:
     from harness.runtime import train
 
     pm = make_plugin_manager()
@@ -50,6 +52,7 @@ def train_and_reevaluate(algo: str, seed: int, out: Path, extra: list[str]) -> t
         f"total_steps={BUDGET}",
         f"out='{out}'",
         "trackers=['csv']",
+        f"backend='{backend}'",
     ]
     config = resolve(
         layer(find_pack_file(PENDULUM), USER_FILES[algo], overrides, environ={}), registry
@@ -67,8 +70,8 @@ SEEDS = [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytes
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
-def test_solves_pendulum(algo: str, seed: int, tmp_path: Path) -> None:
-    mean, _ = train_and_reevaluate(algo, seed, tmp_path, [])
+def test_solves_pendulum(algo: str, seed: int, harness_backend_name: str, tmp_path: Path) -> None:
+    mean, _ = train_and_reevaluate(algo, seed, tmp_path, [], harness_backend_name)
     assert mean >= THRESHOLD, f"{algo} seed {seed}: fresh 10-episode mean {mean:.1f}"
 
 

@@ -184,6 +184,39 @@ def test_curriculum_advances_on_its_metric_everywhere_and_survives_resume(
     assert float(later[-1]["charts/episodic_length"]) == 6.0
 
 
+@pytest.mark.parametrize(
+    ("pack", "files", "actors"),
+    [
+        ("prosthetics", [], 2),
+        ("prosthetics", ["ddpg.toml"], 0),
+        ("learn_to_move", [], 0),
+    ],
+    ids=["prosthetics-sac-farm", "prosthetics-ddpg-ensemble", "learn_to_move-sac"],
+)
+def test_packs_learn_on_every_backend(
+    tmp_path: Path, pack: str, files: list[str], actors: int, harness_backend_name: str
+) -> None:
+    """Each pack's own algorithm and networks (SAC 256x256; PARL's multi-head DDPG) take
+    gradient steps on each backend and checkpoint them; a tiny budget: machinery only."""
+    overrides = [
+        *[o for o in TINY if not o.startswith(("algo=", "run.actors="))],
+        f"run.backend='{harness_backend_name}'",
+        f"run.actors={actors}",
+        "run.num_envs=2",
+        f"run.out={tmp_path}",
+        "run.total_steps=96",
+        "run.checkpoint_every=96",
+        "algo.learning_starts=32",
+        "algo.batch_size=32",
+    ]
+    pack_dir = ROOT / "competitions" / pack
+    pm, registry, config = _config(overrides, pack, [pack_dir / f for f in files])
+    result = _train(config, pm, registry)
+    losses = [r for r in _rows(result.run_dir) if r.get("losses/critic_loss")]
+    assert losses and all(np.isfinite(float(r["losses/critic_loss"])) for r in losses)
+    assert (result.checkpoint / f"agent.{harness_backend_name}").is_file()
+
+
 def test_official_evaluation_protocol_from_the_cli(tmp_path: Path) -> None:
     """harness eval RUN_DIR --round 2: the round's own episode length (time_limit unset) and
     the official score, fall rate and episode length printed."""

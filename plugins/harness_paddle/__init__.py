@@ -1,0 +1,1 @@
+"""The PaddlePaddle backend plugin for harness (CPU and CUDA)."""
