@@ -195,10 +195,10 @@ def test_serial_behaviour_and_target_policy_coincide(torch_backend: Any) -> None
     assert agent.updates == 1
 
 
-def test_image_observations_use_the_cnn_and_conform(torch_backend: Any) -> None:
+def test_image_observations_use_the_cnn_and_conform(harness_backend: Any) -> None:
     spec = collect_registry(make_plugin_manager()).algorithms.get("impala")
-    check_algorithm(spec, torch_backend, FRAMES, steps=200)
-    agent = make_agent(FRAMES, torch_backend, IMPALAConfig(cnn="shallow"), seed=0)
+    check_algorithm(spec, harness_backend, FRAMES, steps=200)
+    agent = make_agent(FRAMES, harness_backend, IMPALAConfig(cnn="shallow"), seed=0)
     names = list(agent.weights())
     assert any(name.startswith("trunk.") for name in names), names
     frames = np.random.default_rng(0).integers(0, 256, (5, 4, 84, 84), dtype=np.uint8)
@@ -234,8 +234,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 @pytest.mark.parametrize(
     "seed", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
 )
-def test_impala_on_a_two_actor_farm_solves_cartpole(seed: int, tmp_path: Path) -> None:
-    mean, run_dir = train_and_reevaluate(["actors=2"], seed, tmp_path)
+def test_impala_on_a_two_actor_farm_solves_cartpole(
+    seed: int, harness_backend_name: str, tmp_path: Path
+) -> None:
+    overrides = ["actors=2", f"backend='{harness_backend_name}'"]
+    mean, run_dir = train_and_reevaluate(overrides, seed, tmp_path)
     assert mean >= THRESHOLD, f"IMPALA seed {seed}: fresh 20-episode mean {mean:.1f}"
     rows = [r for r in read_metrics(run_dir) if "farm/actors" in r]
     assert rows, "no farm metrics: the run did not use the actor farm"

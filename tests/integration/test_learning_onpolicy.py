@@ -3,8 +3,8 @@ A2C reaches a mean greedy return >= 475 over 20 evaluation episodes, also with i
 by two actor processes (the farm, ZeroMQ on loopback), and PG (REINFORCE with a baseline)
 reaches >= 400. Each run stops at the first periodic evaluation above its config's
 stop_at_return; the test then re-evaluates the final checkpoint on 20 fresh episodes (other
-seeds), as tests/integration/test_learning.py does. CI runs seed 1 of each; the other seeds are
-marked slow."""
+seeds), as tests/integration/test_learning.py does. The serial checks run on every installed
+backend. CI runs seed 1 of each; the other seeds are marked slow."""
 
 from __future__ import annotations
 
@@ -45,14 +45,14 @@ def train_and_reevaluate(
 
 
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
-def test_a2c_solves_cartpole(seed: int, tmp_path: Path) -> None:
-    mean, _ = train_and_reevaluate(A2C, seed, tmp_path)
+def test_a2c_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
+    mean, _ = train_and_reevaluate(A2C, seed, tmp_path, (f"backend='{harness_backend_name}'",))
     assert mean >= 475.0, f"A2C seed {seed}: fresh 20-episode mean {mean:.1f} < 475"
 
 
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
-def test_pg_solves_cartpole(seed: int, tmp_path: Path) -> None:
-    mean, _ = train_and_reevaluate(PG, seed, tmp_path)
+def test_pg_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
+    mean, _ = train_and_reevaluate(PG, seed, tmp_path, (f"backend='{harness_backend_name}'",))
     assert mean >= 400.0, f"PG seed {seed}: fresh 20-episode mean {mean:.1f} < 400"
 
 
