@@ -11,7 +11,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from harness import __version__
 from harness.api import Agent, EnvInfo, Transition
 from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
 from harness.config import Config, RunConfig, write_resolved
+from harness.cpus import cpu_share
 from harness.errors import (
     CheckpointError,
     ConfigError,
@@ -176,14 +176,6 @@ def _configure(envs: Any, changes: Mapping[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------
 # Building
-
-
-def cpu_share() -> int:
-    """The cores this process may run on (its CPU affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on Linux)
-        return os.cpu_count() or 1
 
 
 def make_envs(config: Config, registry: Registry, num_envs: int, seed: int | None) -> Any:

@@ -27,6 +27,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from harness import numpy_nets
+from harness.cpus import cpu_share
 from harness.errors import ConfigError
 from harness_paddle.plugin import PaddleConfig
 
@@ -52,15 +53,6 @@ _DTYPES = {"float32": "float32", "int64": "int64", "bool": "bool", "uint8": "uin
 _LOW_PRECISION = (paddle.bfloat16, paddle.float16)
 PIN_MIN_BYTES = 256 * 1024
 """Host arrays at least this big go to a GPU through pinned memory."""
-
-
-def cpu_share(processes_per_host: int) -> int:
-    """CPUs this process may use, divided among the harness processes sharing the host."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, processes_per_host))
 
 
 def _orthogonal(gain: float) -> Any:

@@ -8,7 +8,6 @@ import functools
 import itertools
 import logging
 import math
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -20,6 +19,7 @@ from threadpoolctl import threadpool_limits
 from torch import nn
 
 from harness import numpy_nets
+from harness.cpus import cpu_share
 from harness.errors import ConfigError
 from harness_torch.plugin import TorchConfig
 
@@ -32,15 +32,6 @@ PIN_MIN_BYTES = 256 * 1024
 """Host arrays at least this big go to a CUDA device through a pinned staging buffer."""
 MAX_STAGING = 32
 """Pinned staging buffers kept (one per array shape and dtype)."""
-
-
-def cpu_share(processes_per_host: int) -> int:
-    """CPUs this process may use, divided among the harness processes sharing the host."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, processes_per_host))
 
 
 class _Categorical:
