@@ -70,3 +70,22 @@ def parallel(
         return [h[j, :, :d] for j, d in enumerate(dims)]
 
     return forward
+
+
+def framework_forward(
+    model: Any,
+    to_tensor: Callable[[Array], Any],
+    to_numpy: Callable[[Any], Array],
+    no_grad: Callable[[], Any],
+) -> Callable[[Array], Any]:
+    """The fallback for networks without a numpy copy (a CNN): a framework forward under
+    ``no_grad``, numpy in and out (a list of arrays for a list of outputs)."""
+
+    def forward(x: Array) -> Any:
+        with no_grad():
+            out = model(to_tensor(x))
+        if isinstance(out, list | tuple):
+            return [to_numpy(o) for o in out]
+        return to_numpy(out)
+
+    return forward

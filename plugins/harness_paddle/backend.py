@@ -250,14 +250,7 @@ class PaddleBackend:
                     steps.append(_ACTIVATION_NAMES[type(m)])
             return numpy_nets.sequential(steps)
 
-        def forward(x: np.ndarray) -> Any:
-            with paddle.no_grad():
-                out = model(self.tensor(x))
-            if isinstance(out, list | tuple):
-                return [self.numpy(o) for o in out]
-            return self.numpy(out)
-
-        return forward
+        return numpy_nets.framework_forward(model, self.tensor, self.numpy, paddle.no_grad)
 
     def group(self, **models: Any) -> nn.LayerDict:
         return nn.LayerDict(models)

@@ -197,14 +197,7 @@ class TorchBackend:
         ):
             return _numpy_sequential(model)
 
-        def forward(x: np.ndarray) -> Any:
-            with torch.no_grad():
-                out = model(self.tensor(x))
-            if isinstance(out, list | tuple):
-                return [self.numpy(o) for o in out]
-            return self.numpy(out)
-
-        return forward
+        return numpy_nets.framework_forward(model, self.tensor, self.numpy, torch.no_grad)
 
     def group(self, **models: Any) -> nn.ModuleDict:
         return nn.ModuleDict(models)
