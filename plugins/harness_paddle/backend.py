@@ -139,7 +139,6 @@ class PaddleBackend:
             if config.amp == "fp16":
                 self._scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**16)
         self._pin = gpu and config.pin_memory
-        self._opt_params: dict[int, list[Any]] = {}  # id(optimizer) -> its parameters
         log.info(
             "paddle %s on %s with %d threads%s",
             paddle.__version__,
@@ -372,7 +371,7 @@ class PaddleBackend:
         # paddle's Adam: lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps scaled by sqrt(1 - b2^t):
         # algebraically torch's update (checked against torch in tests/paddle)
         opt = paddle.optimizer.Adam(learning_rate=lr, parameters=params, epsilon=eps)
-        self._opt_params[id(opt)] = params
+        opt._harness_params = params  # (kept on the optimiser: it lives and dies with it)
         return opt
 
     def update(
@@ -382,7 +381,7 @@ class PaddleBackend:
         *,
         max_grad_norm: float | None = None,
     ) -> float:
-        params = self._opt_params[id(optimizer)]
+        params = optimizer._harness_params
         optimizer.clear_grad(set_to_zero=False)
         scaler = self._scaler
         if scaler is not None:  # fp16: scale the loss, unscale before the norm is taken
@@ -448,7 +447,8 @@ class PaddleBackend:
                         f"set_weights: {key} has shape {tuple(np.shape(value))}, the model's "
                         f"is {tuple(target.shape)}"
                     )
-                target.set_value(np.asarray(value, dtype=np.dtype(str(target.numpy().dtype))))
+                floating = target.dtype == paddle.float32
+                target.set_value(np.asarray(value, np.float32) if floating else np.asarray(value))
 
     def state(self, obj: Any) -> Any:
         """A snapshot (copies, not live views): a parameter's value, a layer's state dict, or
@@ -456,7 +456,7 @@ class PaddleBackend:
         if isinstance(obj, paddle.Tensor):
             return obj.detach().clone()
         if isinstance(obj, paddle.optimizer.Optimizer):
-            names = _positional_names(self._opt_params[id(obj)])
+            names = _positional_names(obj._harness_params)
             return {
                 _rename(k, names): v.clone() if isinstance(v, paddle.Tensor) else v
                 for k, v in obj.state_dict().items()
@@ -469,8 +469,7 @@ class PaddleBackend:
                 obj.set_value(state)
             return
         if isinstance(obj, paddle.optimizer.Optimizer):
-            params = self._opt_params[id(obj)]
-            back = {v: k for k, v in _positional_names(params).items()}
+            back = {v: k for k, v in _positional_names(obj._harness_params).items()}
             obj.set_state_dict({_rename(k, back): v for k, v in state.items()})
             return
         obj.set_state_dict(dict(state))
