@@ -59,6 +59,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchlib import cpus_and_model
+
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "competitions" / "cartpole" / "pack.toml"
 ENV_ID = "CartPole-v1"
@@ -442,23 +444,9 @@ def machine() -> dict[str, Any]:
     import stable_baselines3
     import torch
 
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpus} CPUs ({model or platform.processor()}), no GPU"
-        if not torch.cuda.is_available()
-        else f"{cpus} CPUs + CUDA",
+        "machine": f"{cpus_and_model()}, " + ("CUDA" if torch.cuda.is_available() else "no GPU"),
         "versions": f"Python {platform.python_version()}, torch {torch.__version__} "
         f"(default threads {torch.get_num_threads()}), stable-baselines3 "
         f"{stable_baselines3.__version__}, gymnasium {gymnasium.__version__}",

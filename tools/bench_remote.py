@@ -77,6 +77,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import cpus_and_model
+
 
 class Echo:
     """The remote object every implementation hosts.
@@ -914,16 +916,8 @@ def _last_error(lines: list[str]) -> str:
 
 
 def machine() -> dict[str, Any]:
+    mem = ""
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    model, mem = "", ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal"):
                 mem = f"{int(line.split()[1]) / 1024**2:.0f} GiB"
@@ -935,8 +929,7 @@ def machine() -> dict[str, Any]:
     ).stdout.strip()
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpus} CPUs ({model or platform.processor() or platform.machine()}), "
-        f"{mem} RAM, Linux {platform.release()}",
+        "machine": f"{cpus_and_model()}, {mem} RAM, Linux {platform.release()}",
         "commit": commit,
         "loadavg": os.getloadavg(),
     }
