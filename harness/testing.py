@@ -1056,7 +1056,8 @@ def check_transport(spec: TransportSpec, address: Any = None, **options: Any) ->
 
     ``spec.connect(address, **options)`` must return a :class:`harness.remote.Client`; the
     check creates a :class:`ConformanceActor` through it and verifies blocking calls, keyword
-    arguments, futures, attribute reads, numpy arrays (dtype, shape, values, writable),
+    arguments, futures, attribute reads, numpy arrays (dtype, shape, values; writable, or a
+    read-only zero-copy view that refuses writes),
     ``RemoteError`` for a remote exception, that a released actor no longer answers, and that
     ``close()`` works twice. ``address``/``options`` are whatever your ``connect`` takes
     (``None`` asks for its local default). It starts real actors, so it takes seconds."""
@@ -1101,7 +1102,13 @@ def check_transport(spec: TransportSpec, address: Any = None, **options: Any) ->
         _check(isinstance(doubled, np.ndarray), who, "a numpy result came back as another type")
         _close(who, "double(array)", doubled, array * 2, rtol=0, atol=0)
         _check(doubled.dtype == np.float32, who, f"dtype changed to {doubled.dtype}")
-        _check(doubled.flags.writeable, who, "an array from a remote call is read-only")
+        if not doubled.flags.writeable:  # a zero-copy view (Ray's object store): then
+            try:  # writing must fail loudly, never change memory others read
+                doubled[0, 0] = -1.0
+            except ValueError:
+                pass
+            else:
+                _fail(who, "a read-only array from a remote call accepted a write")
         try:
             actor.fail("expected by check_transport")
         except RemoteError as exc:

@@ -41,6 +41,7 @@ import numpy as np
 
 from harness.api import Agent, Transition
 from harness.config import Config
+from harness.cpus import cpu_share
 from harness.errors import HarnessError
 from harness.remote import ActorLost, ActorOptions, Client, RemoteClass, completions
 
@@ -182,6 +183,10 @@ class FarmCollector:
             options["keys"] = cfg.cluster_keys
         if not cfg.cluster:
             options["preload"] = preload_modules(run.config, run.registry)
+            # a local farm (or local Ray) sized for every actor of this run: more actors
+            # than cores is oversubscription the user asked for (a Ray sized to the cores
+            # would never place the rest)
+            options["cpus"] = max(cfg.actors, cpu_share())
         spec = run.registry.transports.get(cfg.transport)
         self.client: Client = spec.connect(cfg.cluster or None, **options)
         self.actor_cls = RemoteClass(

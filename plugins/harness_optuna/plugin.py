@@ -78,8 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
         metavar="ADDRESS",
-        help="run trials on a cluster (tcp://HOST:PORT of `harness cluster start`); its "
-        "workers must reach the storage",
+        help="run trials on a cluster (tcp://HOST:PORT of `harness cluster start`, or a Ray "
+        "cluster's address with --transport ray); its workers must reach the storage",
+    )
+    parser.add_argument(
+        "--transport",
+        default="zmq",
+        metavar="NAME",
+        help="how --jobs trials are placed: zmq (default: the embedded local farm or a "
+        "`harness cluster`) or ray (Ray actors: RAY_ADDRESS / --cluster, else a local Ray)",
     )
     parser.add_argument("--seed", type=int, help="seed of the sampler (TPE)")
 
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         pruner=args.pruner,
         out=Path(args.out),
         cluster=args.cluster,
+        transport=args.transport,
         seed=args.seed,
     )
     prep = prepare(request, registry)

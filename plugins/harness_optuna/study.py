@@ -56,6 +56,7 @@ class TuneRequest:
     pruner: str | None = None
     out: Path = Path("studies")
     cluster: str | None = None
+    transport: str = "zmq"
     seed: int | None = None
 
 
@@ -76,6 +77,7 @@ def prepare(request: TuneRequest, registry: Registry) -> Prepared:
     """Validate everything (search space, config keys, pruner options) before any trial."""
     if request.jobs < 1:
         raise ConfigError(f"--jobs {request.jobs} must be >= 1.")
+    registry.transports.get(request.transport)  # an unknown --transport fails here, named
     tune_raw = layer(request.pack_file, request.configs, []).raw_sections.get("tune", {})
     settings = read_settings(tune_raw, request.pack_file)
     if request.trials is not None:
@@ -219,7 +221,13 @@ class RemoteExecutor:
     """``jobs`` :class:`TrialWorker` actors on the embedded local farm or a cluster; a lost
     actor is replaced for the next trial."""
 
-    def __init__(self, jobs: int, cluster: str | None, preload: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        jobs: int,
+        cluster: str | None,
+        preload: list[str] | None = None,
+        transport: str = "zmq",
+    ) -> None:
         import harness
         from harness.remote import ActorOptions, RemoteClass
 
@@ -230,7 +238,7 @@ class RemoteExecutor:
         options: dict[str, Any] = (
             {} if cluster else {"cpus": cpus, "actor_nice": 0, "preload": preload or []}
         )
-        self.connection = harness.connect(cluster, **options)
+        self.connection = harness.connect(cluster, transport=transport, **options)
         self.cls = RemoteClass(TrialWorker, ActorOptions(cpus=1))
         self.idle = [self.cls(_client=self.connection.client) for _ in range(jobs)]
         self.busy: dict[Future[TrialOutcome], Any] = {}
@@ -270,7 +278,7 @@ def run_study(prep: Prepared, registry: Registry, notify: Notify = log.info) -> 
         # opens the study, and the report's plotting imports load while the trials run
         starter = ThreadPoolExecutor(1, thread_name_prefix="harness-tune-start")
         starting = starter.submit(
-            RemoteExecutor, req.jobs, req.cluster, _trial_modules(prep, registry)
+            RemoteExecutor, req.jobs, req.cluster, _trial_modules(prep, registry), req.transport
         )
         starter.shutdown(wait=False)
         threading.Thread(target=_warm_report_imports, daemon=True).start()

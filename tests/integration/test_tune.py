@@ -14,6 +14,7 @@ with tiny step budgets.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -163,9 +164,23 @@ def test_killed_study_resumes_without_loss_or_double_counting(tmp_path: Path) ->
 
 
 @pytest.mark.distributed
-def test_two_jobs_run_concurrently_on_the_local_farm(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "transport",
+    [
+        "zmq",
+        pytest.param(
+            "ray",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("ray") is None, reason="pip install 'harness[ray]'"
+            ),
+        ),
+    ],
+)
+def test_two_jobs_run_concurrently_on_the_local_farm(tmp_path: Path, transport: str) -> None:
+    """On the embedded ZeroMQ farm, and as Ray actors on a local Ray (--transport ray)."""
     config = tune_file(tmp_path, '[tune]\npruner = "none"\n' + LR_SPACE)
     args = tune_args(tmp_path, config, "--trials", "3", "--jobs", "2", "--study", "par")
+    args += ["--transport", transport]
     assert cli.main(args) == 0
     trials = load(tmp_path, "par").get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3

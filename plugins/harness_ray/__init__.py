@@ -1,0 +1,1 @@
+"""The Ray transport plugin for harness: @harness.remote classes as Ray actors."""
