@@ -1,5 +1,11 @@
 """The ray transport on a real local Ray (``ray.init(num_cpus=4, include_dashboard=False)``,
-started once for this module; ``harness.connect(transport="ray")`` then uses it as it is):
+started once for this module; ``harness.connect(transport="ray")`` then uses it as it is).
+
+Ray binds every interface and advertises the host's outward address, so the tests run in a
+private network namespace with only a loopback interface (``unshare -n``, as root): the one
+test collected outside it, :func:`test_ray_suite_in_a_private_network_namespace`, runs this
+module again in there, reports its result and kills, by PID, whatever is left in the namespace.
+Inside:
 
 - it passes the transport conformance check of harness.testing (zmq's is in tests/contract);
 - a killed Ray actor surfaces as ActorLost, a released one too, an actor's exception as
@@ -14,7 +20,9 @@ started once for this module; ``harness.connect(transport="ray")`` then uses it 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,14 +40,73 @@ from harness.plugins import collect_registry, make_plugin_manager  # noqa: E402
 from harness.remote import ActorLost, RemoteError, release  # noqa: E402
 from harness.testing import check_transport  # noqa: E402
 
-pytestmark = pytest.mark.distributed
-
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "competitions" / "cartpole"
+IN_NETNS = os.environ.get("HARNESS_TEST_NETNS") == "1"
+NETNS_SETUP = "ip link set lo up && ip route add default dev lo src 127.0.0.2"
+inside = pytest.mark.skipif(not IN_NETNS, reason="runs in the private network namespace")
+pytestmark = pytest.mark.distributed
+
+
+def _netns_works() -> bool:
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return False
+    probe = subprocess.run(
+        ["unshare", "-n", "sh", "-c", NETNS_SETUP], capture_output=True, timeout=30
+    )
+    return probe.returncode == 0
+
+
+def _pids_in(netns: str) -> list[int]:
+    own = os.readlink("/proc/self/ns/net")
+    if netns == own:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(entry / "ns" / "net") == netns:
+                    pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(IN_NETNS, reason="this is the namespace run")
+def test_ray_suite_in_a_private_network_namespace(tmp_path: Path) -> None:
+    if not _netns_works():
+        pytest.skip("needs `unshare -n` and iproute2 (root) for a loopback-only namespace")
+    marker = tmp_path / "netns"
+    code = (
+        "import os, pathlib, sys, pytest\n"
+        f"pathlib.Path({str(marker)!r}).write_text(os.readlink('/proc/self/ns/net'))\n"
+        f"sys.exit(pytest.main([{__file__!r}, '-q', '-p', 'no:cacheprovider', '-x',\n"
+        "                       '-k', 'not in_a_private_network_namespace']))\n"
+    )
+    cmd = ["unshare", "-n", "sh", "-c", NETNS_SETUP + ' && exec "$@"', "sh"]
+    proc = subprocess.Popen(
+        [*cmd, sys.executable, "-c", code],
+        env={**os.environ, "HARNESS_TEST_NETNS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if marker.exists():  # Ray's daemons left in the namespace: ours, ended by PID
+            for pid in _pids_in(marker.read_text()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    summary = out.strip().splitlines()[-1] if out.strip() else ""
+    assert proc.returncode == 0, out[-6000:]
+    assert " passed" in summary and "skipped" not in summary, out[-3000:]
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Any:
+def local_ray() -> Any:  # (only inside the namespace: every test using it is @inside)
     """One local Ray for the in-process tests of this module (each start costs ~5 s)."""
     if ray.is_initialized():
         ray.shutdown()
@@ -66,10 +133,12 @@ class Sim:
         raise ZeroDivisionError("on purpose")
 
 
+@inside
 def test_ray_transport_conforms(local_ray: Any) -> None:
     check_transport(collect_registry(make_plugin_manager()).transports.get("ray"))
 
 
+@inside
 def test_errors_map_to_remote_error_and_actor_lost(local_ray: Any) -> None:
     with harness.connect(transport="ray"):
         sim = Sim()
@@ -94,6 +163,7 @@ def test_errors_map_to_remote_error_and_actor_lost(local_ray: Any) -> None:
             other.pid()
 
 
+@inside
 def test_a_repeated_argument_is_put_once(local_ray: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     puts: list[Any] = []
     real_put = ray.put
@@ -110,6 +180,7 @@ def test_a_repeated_argument_is_put_once(local_ray: Any, monkeypatch: pytest.Mon
         assert sims[0].nbytes({"small": np.ones(4)}) == 32 and len(puts) == 2  # small: inline
 
 
+@inside
 def test_ppo_over_a_ray_farm_solves_cartpole(
     local_ray: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +200,7 @@ def test_ppo_over_a_ray_farm_solves_cartpole(
     assert versions >= 5 and len(puts) <= versions + 1, (len(puts), versions)
 
 
+@inside
 def test_killed_ray_actors_are_replaced_and_nothing_is_lost(local_ray: Any, tmp_path: Path) -> None:
     from test_farm import Killer, run_farm
 
@@ -178,6 +250,7 @@ def harness_cli(
 FARM = ["run", str(PACK), "--set", "transport=ray", "--set", "actors=2", "--set", "total_steps=64"]
 
 
+@inside
 def test_missing_ray_names_the_extra() -> None:
     proc = harness_cli(*FARM, prelude="import sys; sys.modules['ray'] = None")
     assert proc.returncode == 2, proc.stderr
@@ -185,6 +258,7 @@ def test_missing_ray_names_the_extra() -> None:
     assert "pip install 'harness[ray]'" in proc.stderr, proc.stderr
 
 
+@inside
 def test_unreachable_ray_address_fails_within_seconds_naming_it() -> None:
     start = time.monotonic()
     proc = harness_cli(*FARM, env={"RAY_ADDRESS": "127.0.0.1:1"})
@@ -193,6 +267,7 @@ def test_unreachable_ray_address_fails_within_seconds_naming_it() -> None:
     assert "'127.0.0.1:1'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@inside
 def test_a_local_ray_without_authentication_is_refused() -> None:
     proc = harness_cli(*FARM, env={"RAY_AUTH_MODE": "disabled"})
     assert proc.returncode == 2, proc.stderr
@@ -200,6 +275,7 @@ def test_a_local_ray_without_authentication_is_refused() -> None:
     assert "Started a local Ray" not in proc.stderr, "a Ray was started anyway"
 
 
+@inside
 def test_a_peer_without_the_token_is_refused(local_ray: Any, tmp_path: Path) -> None:
     """A process whose home holds no token (any other host's user) cannot join the local Ray
     the farm uses: nothing it sends is deserialised."""
@@ -219,3 +295,15 @@ def test_a_peer_without_the_token_is_refused(local_ray: Any, tmp_path: Path) -> 
     )
     assert "REFUSED" in proc.stdout and "JOINED" not in proc.stdout, proc.stdout + proc.stderr
     assert "Authentication token is missing or incorrect" in proc.stderr, proc.stderr[-2000:]
+
+
+@inside
+def test_tune_trials_as_ray_actors(tmp_path: Path) -> None:
+    """harness tune --jobs 2 --transport ray: the trials overlap in two Ray actors, none in
+    the tune process, all COMPLETE in the shared SQLite storage."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from test_tune import test_two_jobs_run_concurrently_on_the_local_farm
+
+    if ray.is_initialized():
+        ray.shutdown()  # the CLI starts (and stops) its own local Ray, as a user's would
+    test_two_jobs_run_concurrently_on_the_local_farm(tmp_path, transport="ray")

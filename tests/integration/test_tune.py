@@ -14,7 +14,6 @@ with tiny step budgets.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -164,20 +163,10 @@ def test_killed_study_resumes_without_loss_or_double_counting(tmp_path: Path) ->
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize(
-    "transport",
-    [
-        "zmq",
-        pytest.param(
-            "ray",
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("ray") is None, reason="pip install 'harness[ray]'"
-            ),
-        ),
-    ],
-)
-def test_two_jobs_run_concurrently_on_the_local_farm(tmp_path: Path, transport: str) -> None:
-    """On the embedded ZeroMQ farm, and as Ray actors on a local Ray (--transport ray)."""
+def test_two_jobs_run_concurrently_on_the_local_farm(
+    tmp_path: Path, transport: str = "zmq"
+) -> None:
+    """On the embedded ZeroMQ farm (tests/distributed/test_ray.py runs it with Ray too)."""
     config = tune_file(tmp_path, '[tune]\npruner = "none"\n' + LR_SPACE)
     args = tune_args(tmp_path, config, "--trials", "3", "--jobs", "2", "--study", "par")
     args += ["--transport", transport]
