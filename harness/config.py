@@ -86,12 +86,14 @@ class RunConfig:
     the envs in this process; -1: one per core of this machine (num_envs is raised to at
     least that)."""
     cluster: str = ""
-    """Cluster address for the actors (tcp://HOST:PORT of `harness cluster start`); empty
-    starts an embedded local farm on this machine."""
+    """Cluster address for the actors (tcp://HOST:PORT of `harness cluster start`; with
+    transport = 'ray' a Ray address, HOST:PORT or ray://HOST:PORT); empty starts an embedded
+    local farm on this machine (with 'ray': RAY_ADDRESS, else a local Ray)."""
     cluster_keys: str = ""
     """CURVE key directory (`harness cluster keys DIR`) for a cluster on a non-loopback address."""
     transport: str = "zmq"
-    """Transport plugin that runs the actors."""
+    """Transport plugin that runs the actors: 'zmq' (the ZeroMQ farm) or 'ray' (Ray actors,
+    pip install 'harness[ray]')."""
     max_policy_lag: int = 1
     """Rollouts an actor of an off-policy algorithm may run ahead of the learner's weights
     (on-policy algorithms always wait for the newest weights). Agents with independent
