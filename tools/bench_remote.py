@@ -41,10 +41,28 @@ Implementations:
 * ``ray``: ``ray.remote(Echo)`` after ``ray.init(num_cpus=2, include_dashboard=False)``;
   blocking calls are ``ray.get(a.add.remote(1))``; pipelined submits batches of ``--window``
   calls and ``ray.get``-s each batch (Ray's documented idiom).
+* ``harness-ray``: ``harness.remote(Echo)`` under ``with harness.connect(transport="ray"):``
+  after the same ``ray.init`` (the transport uses the Ray already initialised); blocking calls
+  are ``proxy.add(1)``; pipelined submits the same batches as ``.future()`` calls and takes
+  each batch's ``.result()``-s (the same call pattern as raw Ray's batch and ``ray.get``).
+  Compared with ``ray``, the same Ray 2.60 in another interpreter: see interleaving below.
 
 Each (case, implementation) pair runs in a fresh subprocess: raw and harness in the harness
 venv (``.venv-bench`` if it has pyzmq, else ``.venv``), PARL in ``.venv-parl``, Ray in
-``.venv-ray``. A missing venv or a failing peer is reported as "not run (reason)" in the table.
+``.venv-ray``, harness-ray in ``.venv`` (harness with its ray extra). A missing venv or a
+failing peer is reported as "not run (reason)" in the table.
+
+Interleaving: this VM's speed drifts by 20-40% within minutes, so pairs whose ratio is a target
+take turns in one run instead of running one after the other: raw pyzmq and harness (tiny and
+array cases), and raw Ray and harness-ray (tiny, array and pipelined; each with its own Ray in
+its own network namespace, both clusters up all along). Every worker starts and warms up, then
+they time ``--blocks`` blocks in alternating order (``--block-calls`` blocking calls, or one
+pipelined round of ``--pipelined-block`` calls, per block); the others wait blocked on a pipe.
+
+``--array-copies K`` makes the array case cycle through K distinct arrays of the same content:
+harness-ray puts an argument it has seen before in Ray's object store only once (it keeps the
+last 4), so with the default of 1 it moves the array to the actor once, raw Ray on every call;
+K > 4 makes every call put its array.
 
 Network: PARL and Ray bind every interface and advertise the host's outward IP address, so by
 default (``--netns auto``, when ``unshare -n`` works, i.e. as root) every subprocess runs in a
@@ -77,8 +95,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import cpus_and_model
-
 
 class Echo:
     """The remote object every implementation hosts.
@@ -94,7 +110,18 @@ class Echo:
 
 
 REPO = Path(__file__).resolve().parent.parent
-IMPLS = ("raw-bytes", "raw-bytes-ipc", "raw-envelope", "harness", "harness-ipc", "parl", "ray")
+IMPLS = (
+    "raw-bytes",
+    "raw-bytes-ipc",
+    "raw-envelope",
+    "harness",
+    "harness-ipc",
+    "parl",
+    "ray",
+    "harness-ray",
+)
+RAY_PAIR = ("ray", "harness-ray")
+"""Raw Ray and harness on Ray: interleaved in all three cases, each in its own netns."""
 CASES = ("tiny", "array", "pipelined")
 ARRAY_ELEMENTS = 262_144  # float32: 1 MiB
 NETNS_SETUP = "ip link set lo up && ip route add default dev lo src 127.0.0.2"
@@ -185,6 +212,8 @@ def _pipelined_stats(run_round: Any, total: int, repeats: int) -> dict[str, Any]
     import statistics
 
     run_round(max(total // 5, 256))  # warm-up
+    if _SERVE_BLOCKS:
+        return _serve_rounds(run_round)
     rates = [run_round(total) for _ in range(repeats)]
     return {
         "calls": total,
@@ -194,10 +223,42 @@ def _pipelined_stats(run_round: Any, total: int, repeats: int) -> dict[str, Any]
     }
 
 
+def _serve_rounds(run_round: Any) -> dict[str, Any]:
+    """The pipelined counterpart of :func:`_serve_blocks`: each ``run N`` is one timed round
+    of N pipelined calls, answered by a BLOCK line with its calls/s."""
+    import statistics
+
+    rates: list[float] = []
+    calls = 0
+    print("READY", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "run":
+            break
+        rates.append(run_round(int(words[1])))
+        calls += int(words[1])
+        print("BLOCK " + json.dumps(rates[-1]), flush=True)
+    return {
+        "calls": calls,
+        "repeats": len(rates),
+        "calls_per_s": statistics.median(rates) if rates else 0.0,
+        "rates": rates,
+    }
+
+
 def _array() -> Any:
     import numpy as np
 
     return np.random.default_rng(0).random(ARRAY_ELEMENTS, dtype=np.float32)
+
+
+def _arrays(copies: int) -> tuple[Any, Any]:
+    """(the array, a function returning it or one of ``copies`` distinct arrays of the same
+    content, in turn): with copies > 1 no two consecutive calls send the same object."""
+    import itertools
+
+    arrays = [_array() for _ in range(max(1, copies))]
+    return arrays[0], itertools.cycle(arrays).__next__
 
 
 def _check_array(sent: Any, got: Any) -> None:
@@ -393,17 +454,17 @@ def run_raw(mode: str, case: str, cfg: argparse.Namespace) -> dict[str, Any]:
                 assert a.call("add", 1) == 2
                 stats = _blocking_stats(lambda: a.call("add", 1), cfg.calls, cfg.warmup)
         elif case == "array":
-            arr = _array()
+            arr, next_array = _arrays(cfg.array_copies)
             if mode == "bytes":
 
                 def one() -> Any:
-                    frame = a.echo_bytes(memoryview(arr))
+                    frame = a.echo_bytes(memoryview(next_array()))
                     return np.frombuffer(frame.buffer, dtype=np.float32)
 
             else:
 
                 def one() -> Any:
-                    return a.call("echo", arr)
+                    return a.call("echo", next_array())
 
             _check_array(arr, one())
             stats = _blocking_stats(one, cfg.calls, cfg.warmup)
@@ -482,9 +543,9 @@ def run_harness(case: str, cfg: argparse.Namespace, local_ipc: bool = False) -> 
             stats = _blocking_stats(lambda: a.add(1), cfg.calls, cfg.warmup)
         elif case == "array":
             a = remote_echo()
-            arr = _array()
+            arr, next_array = _arrays(cfg.array_copies)
             _check_array(arr, a.echo(arr))
-            stats = _blocking_stats(lambda: a.echo(arr), cfg.calls, cfg.warmup)
+            stats = _blocking_stats(lambda: a.echo(next_array()), cfg.calls, cfg.warmup)
         else:
             actors = [remote_echo(), remote_echo()]
             assert [x.add(1) for x in actors] == [2, 2]
@@ -497,6 +558,49 @@ def run_harness(case: str, cfg: argparse.Namespace, local_ipc: bool = False) -> 
                 cfg.repeats,
             )
     versions = {**_common_versions(), "harness": _dist_version("harness")}
+    return {**stats, "versions": versions}
+
+
+def run_harness_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
+    """harness's ray transport on a Ray started exactly as :func:`run_ray` starts it."""
+    import harness
+
+    temp_dir = _ray_init()
+    import ray
+
+    remote_echo = harness.remote(Echo)
+    try:
+        with harness.connect(transport="ray"):  # the Ray initialised above, as it is
+            if case == "tiny":
+                a = remote_echo()
+                assert a.add(1) == 2
+                stats = _blocking_stats(lambda: a.add(1), cfg.calls, cfg.warmup)
+            elif case == "array":
+                a = remote_echo()
+                arr, next_array = _arrays(cfg.array_copies)
+                _check_array(arr, a.echo(arr))
+                stats = _blocking_stats(lambda: a.echo(next_array()), cfg.calls, cfg.warmup)
+            else:
+                actors = [remote_echo(), remote_echo()]
+                assert [x.add(1) for x in actors] == [2, 2]
+                methods = [x.add.future for x in actors]
+                window = cfg.window
+
+                def one_round(total: int) -> float:
+                    """Raw Ray's pattern: a batch of ``window`` calls, then every result."""
+                    start = time.perf_counter()
+                    for first in range(0, total, window):
+                        n = min(window, total - first)
+                        batch = [methods[i & 1](i) for i in range(first, first + n)]
+                        for future in batch:
+                            future.result()
+                    return total / (time.perf_counter() - start)
+
+                stats = _pipelined_stats(one_round, cfg.pipelined, cfg.repeats)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    versions = {**_common_versions(), "harness": _dist_version("harness"), "ray": ray.__version__}
     return {**stats, "versions": versions}
 
 
@@ -556,9 +660,9 @@ def run_parl(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
                 assert a.add(1) == 2
                 stats = _blocking_stats(lambda: a.add(1), cfg.calls, cfg.warmup)
             else:
-                arr = _array()
+                arr, next_array = _arrays(cfg.array_copies)
                 _check_array(arr, a.echo(arr))
-                stats = _blocking_stats(lambda: a.echo(arr), cfg.calls, cfg.warmup)
+                stats = _blocking_stats(lambda: a.echo(next_array()), cfg.calls, cfg.warmup)
         else:
             remote_nowait = parl.remote_class(wait=False)(Echo)
             actors = [remote_nowait(), remote_nowait()]
@@ -593,7 +697,8 @@ def _free_port() -> int:
 # Ray
 
 
-def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
+def _ray_init() -> str:
+    """``ray.init`` as both Ray cases start it; returns Ray's temp dir (removed after)."""
     import ray
 
     # Ray's unix socket paths live under its temp dir and may not exceed 107 bytes
@@ -606,6 +711,13 @@ def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
         log_to_driver=False,
         _temp_dir=temp_dir,
     )
+    return temp_dir
+
+
+def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
+    import ray
+
+    temp_dir = _ray_init()
     try:
         remote_echo = ray.remote(Echo)
         if case == "tiny":
@@ -614,9 +726,11 @@ def run_ray(case: str, cfg: argparse.Namespace) -> dict[str, Any]:
             stats = _blocking_stats(lambda: ray.get(a.add.remote(1)), cfg.calls, cfg.warmup)
         elif case == "array":
             a = remote_echo.remote()
-            arr = _array()
+            arr, next_array = _arrays(cfg.array_copies)
             _check_array(arr, ray.get(a.echo.remote(arr)))
-            stats = _blocking_stats(lambda: ray.get(a.echo.remote(arr)), cfg.calls, cfg.warmup)
+            stats = _blocking_stats(
+                lambda: ray.get(a.echo.remote(next_array())), cfg.calls, cfg.warmup
+            )
         else:
             actors = [remote_echo.remote(), remote_echo.remote()]
             assert ray.get([x.add.remote(1) for x in actors]) == [2, 2]
@@ -656,6 +770,7 @@ def case_main(cfg: argparse.Namespace) -> None:
             "harness-ipc": lambda case, cfg: run_harness(case, cfg, local_ipc=True),
             "parl": run_parl,
             "ray": run_ray,
+            "harness-ray": run_harness_ray,
         }
         result = runners[impl](case, cfg)
     if case == "array":
@@ -685,6 +800,16 @@ def _harness_python() -> tuple[Path | None, str]:
             return py, name
         tried.append(f"{name} lacks pyzmq/msgpack/harness_zmq")
     return None, "; ".join(tried)
+
+
+def _imports(python: Path, modules: str) -> bool:
+    """Whether ``python`` can import ``modules`` (a comma list)."""
+    try:
+        done = subprocess.run([str(python), "-c", f"import {modules}"], capture_output=True,
+                              timeout=120)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _netns_works() -> bool:
@@ -770,6 +895,7 @@ def run_case(
         "--out", str(out), "--calls", str(args.calls), "--warmup", str(args.warmup),
         "--pipelined", str(args.pipelined), "--repeats", str(args.repeats),
         "--window", str(args.window), "--parl-port", str(PARL_PORT if use_netns else 0),
+        "--array-copies", str(args.array_copies),
     ]  # fmt: skip
     if use_netns:
         cmd = ["unshare", "-n", "sh", "-c", NETNS_SETUP + ' && exec "$@"', "sh", *cmd]
@@ -837,18 +963,25 @@ class _Lines:
 
 
 def run_interleaved(
-    impls: list[str], pythons: dict[str, Path], args: argparse.Namespace, tmp: Path, case: str
+    impls: list[str],
+    pythons: dict[str, Path],
+    args: argparse.Namespace,
+    tmp: Path,
+    case: str,
+    use_netns: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """A blocking-call case (tiny, array) of ``impls`` at once: every worker sets up and warms
-    up, then they take turns, ``--blocks`` blocks of ``--block-calls`` timed calls each, in
-    alternating order, so every implementation meets the same machine (this VM's speed drifts
-    by 20-40% within minutes, which separate runs turn into noise in the ratios). Workers wait
-    blocked on a pipe while another measures."""
+    """One case of ``impls`` at once: every worker sets up and warms up, then they take turns,
+    ``--blocks`` blocks in alternating order, so every implementation meets the same machine
+    (this VM's speed drifts by 20-40% within minutes, which separate runs turn into noise in
+    the ratios). A block is ``--block-calls`` timed blocking calls (tiny, array) or one
+    pipelined round of ``--pipelined-block`` calls. Workers wait blocked on a pipe while
+    another measures; with ``use_netns`` each runs in its own private network namespace."""
     script = str(Path(__file__).resolve())
     procs: dict[str, subprocess.Popen[bytes]] = {}
     lines: dict[str, _Lines] = {}
     outs: dict[str, Path] = {}
     results: dict[str, dict[str, Any]] = {}
+    per_block = args.pipelined_block if case == "pipelined" else args.block_calls
     try:
         for impl in impls:
             work = tmp / f"il-{case}-{impl}"
@@ -857,9 +990,18 @@ def run_interleaved(
             cmd = [
                 str(pythons[impl]), script, "--case-worker", "--serve-blocks", "--impl", impl,
                 "--case", case, "--out", str(outs[impl]), "--calls", "0",
-                "--warmup", str(args.warmup),
+                "--warmup", str(args.warmup), "--pipelined", str(per_block),
+                "--window", str(args.window), "--array-copies", str(args.array_copies),
             ]  # fmt: skip
-            env = dict(os.environ, HOME=str(work), PYTHONUNBUFFERED="1", PYTHONPATH="")
+            if use_netns:
+                cmd = ["unshare", "-n", "sh", "-c", NETNS_SETUP + ' && exec "$@"', "sh", *cmd]
+            env = dict(
+                os.environ,
+                HOME=str(work),
+                PYTHONUNBUFFERED="1",
+                PYTHONPATH="",
+                RAY_USAGE_STATS_ENABLED="0",
+            )
             with open(work / "log.txt", "w") as log:
                 procs[impl] = subprocess.Popen(
                     cmd, cwd=work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -878,10 +1020,13 @@ def run_interleaved(
             for impl in running if block % 2 == 0 else running[::-1]:
                 stdin = procs[impl].stdin
                 assert stdin is not None
-                stdin.write(f"run {args.block_calls}\n".encode())
+                stdin.write(f"run {per_block}\n".encode())
                 stdin.flush()
-                lat = sorted(json.loads(lines[impl].wait_for("BLOCK ", args.case_timeout)))
-                median = _percentile(lat, 50) / 1e3
+                answer = json.loads(lines[impl].wait_for("BLOCK ", args.case_timeout))
+                if case == "pipelined":  # calls/s of the block's round
+                    medians[impl][str(block)] = answer
+                    continue
+                median = _percentile(sorted(answer), 50) / 1e3
                 # per block: what the report compares (latency, or bandwidth for arrays)
                 medians[impl][str(block)] = median if case == "tiny" else _mb_per_s(median)
         for impl in running:
@@ -893,15 +1038,18 @@ def run_interleaved(
             procs[impl].wait(timeout=60)
             if procs[impl].returncode == 0 and outs[impl].exists():
                 result = json.loads(outs[impl].read_text())
-                result.update(per_round=medians[impl], blocks=args.blocks, seconds=0.0)
+                result.update(
+                    per_round=medians[impl], blocks=args.blocks, seconds=0.0, group=",".join(impls)
+                )
             else:
                 log = (outs[impl].parent / "log.txt").read_text(errors="replace")
                 reason = f"exit {procs[impl].returncode}: {_last_error(log.splitlines()[-15:])}"
                 result = {"impl": impl, "case": case, "ok": False, "reason": reason}
             results[impl] = result
     finally:
-        for proc in procs.values():
-            _sweep(proc.pid, None)
+        for impl, proc in procs.items():
+            netns_file = Path(str(outs[impl]) + ".netns")
+            _sweep(proc.pid, netns_file.read_text() if use_netns and netns_file.exists() else None)
             with contextlib.suppress(Exception):
                 proc.wait(timeout=10)
     return results
@@ -913,6 +1061,23 @@ def _last_error(lines: list[str]) -> str:
         if text and ("Error" in text or "Exception" in text or "error" in text):
             return text[:160]
     return lines[-1].strip()[:160] if lines else "no output"
+
+
+def _cpus() -> str:
+    """benchlib's CPU description ("2 CPUs (AMD EPYC ...)"). benchlib imports harness, which
+    the orchestrator may run without (it needs only the standard library): then the CPUs this
+    process may use and the model named in /proc/cpuinfo."""
+    try:
+        from benchlib import cpus_and_model
+    except ImportError:
+        model = platform.machine()
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        return f"{len(os.sched_getaffinity(0))} CPUs ({model})"
+    return cpus_and_model()
 
 
 def machine() -> dict[str, Any]:
@@ -929,7 +1094,7 @@ def machine() -> dict[str, Any]:
     ).stdout.strip()
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpus_and_model()}, {mem} RAM, Linux {platform.release()}",
+        "machine": f"{_cpus()}, {mem} RAM, Linux {platform.release()}",
         "commit": commit,
         "loadavg": os.getloadavg(),
     }
@@ -1002,6 +1167,7 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
         "harness-ipc": "harness `@remote`, `local_ipc=True` (IPC)",
         "parl": "PARL 2.2.1 `@parl.remote_class`",
         "ray": "Ray actor",
+        "harness-ray": "**harness `@remote`, ray transport**",
     }
     if "array" in cases:
         label_array = dict(
@@ -1043,6 +1209,11 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
             f" The {header['interleaved']}; latencies pooled over the blocks, "
             f"ratios also block by block."
             if header.get("interleaved")
+            else ""
+        )
+        + (
+            f" The {header['interleaved_ray']}; pipelined: the median of the blocks' rates."
+            if header.get("interleaved_ray")
             else ""
         ),
         "",
@@ -1115,6 +1286,7 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
             "harness-ipc": "same, over IPC",
             "parl": "`wait=False` futures, FIFO sliding window",
             "ray": f"batches of {header['window']} `.remote()` + `ray.get(list)`",
+            "harness-ray": f"batches of {header['window']} `.future()` + `.result()` each",
         }
         rb = ref("raw-bytes", "pipelined", "calls_per_s")
         for impl in impls:
@@ -1151,6 +1323,8 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
         """a/b within each round where both ran."""
         ra, rb = by.get((a, case), {}), by.get((b, case), {})
         if ("blocks" in ra) != ("blocks" in rb):  # interleaved blocks against separate rounds
+            return ""
+        if ra.get("group") != rb.get("group"):  # blocks of two groups, taken at other times
             return ""
         pa, pb = ra.get("per_round", {}), rb.get("per_round", {})
         both = sorted(set(pa) & set(pb), key=int)
@@ -1191,6 +1365,20 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
         met = None if h is None else h >= 20_000
         add("pipelined, harness calls/s", h, ">= 20,000", met, "{:,.0f}",
             shown if len(each) > 1 else "")  # fmt: skip
+    # harness on Ray against raw Ray actors: the transport's own overhead
+    for case, key, what, better_low in (
+        ("tiny", "median_us", "tiny RTT", True),
+        ("array", "mb_per_s", "1 MiB bandwidth", False),
+        ("pipelined", "calls_per_s", "pipelined calls/s", False),
+    ):
+        if case not in cases:
+            continue
+        hv, rv = get("harness-ray", case, key), get("ray", case, key)
+        v = None if not (hv and rv) else hv / rv
+        met = None if v is None else (v <= 1.15 if better_low else v >= 0.87)
+        target = "<= 1.15x" if better_low else ">= 0.87x"
+        add(f"{what}, harness-ray / raw Ray", v, target, met, "{:.2f}x",
+            paired("harness-ray", "ray", case))  # fmt: skip
     for peer, name in (("parl", "PARL"), ("ray", "Ray")):
         for case, key, what, better_low in (
             ("tiny", "median_us", "tiny RTT", True),
@@ -1226,9 +1414,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cases", default=",".join(CASES), help=f"comma list of {CASES}")
     p.add_argument(
         "--peers",
-        default="raw,harness,parl,ray",
+        default="raw,harness,parl,ray,harness-ray",
         help="comma list of raw (the three raw variants), raw-bytes, raw-bytes-ipc, "
-        "raw-envelope, harness (both transports), harness-ipc, parl, ray",
+        "raw-envelope, harness (both zmq transports), harness-ipc, parl, ray, harness-ray",
     )
     p.add_argument(
         "--calls", type=int, help="timed blocking calls per case (default 5000; quick 300)"
@@ -1265,6 +1453,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default 40; quick 6; 0: separate runs per round, as PARL, Ray and pipelined)",
     )
     p.add_argument("--block-calls", type=int, default=250, help="timed calls per block")
+    p.add_argument(
+        "--pipelined-block",
+        type=int,
+        default=2560,
+        help="raw Ray and harness-ray: pipelined calls per interleaved block (10 batches)",
+    )
+    p.add_argument(
+        "--array-copies",
+        type=int,
+        default=1,
+        help="array case: cycle through this many distinct arrays of the same content "
+        "(> 4: harness-ray's put cache never hits)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="print failing cases' logs")
     p.add_argument(
         "--from-json", metavar="FILE", help="only print the report of a run saved with --json"
@@ -1340,10 +1541,12 @@ def main(argv: list[str] | None = None) -> int:
         "harness": (harness_py, harness_why),
         "harness-ipc": (harness_py, harness_why),
     }
-    for impl, venv in (("parl", ".venv-parl"), ("ray", ".venv-ray")):
+    for impl, venv in (("parl", ".venv-parl"), ("ray", ".venv-ray"), ("harness-ray", ".venv")):
         py = _venv_python(venv)
         if not py.exists():
             pythons[impl] = (None, f"{venv} missing: run tools/bench_peers_env.sh")
+        elif impl == "harness-ray" and not _imports(py, "ray, harness, harness_ray.client"):
+            pythons[impl] = (None, f"{venv} lacks ray or harness_ray: pip install -e '.[ray]'")
         elif not netns_ok and args.netns != "off":
             pythons[impl] = (
                 None,
@@ -1372,26 +1575,37 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
     interleaved: dict[tuple[str, str], dict[str, Any]] = {}
-    local = [i for i in impls if i not in ("parl", "ray") and pythons[i][0] is not None]
+    local = [i for i in impls if i not in ("parl", *RAY_PAIR) and pythons[i][0] is not None]
     blocking = [c for c in cases if c in ("tiny", "array")]
+    # (implementations, case, in private network namespaces) run as interleaved blocks
+    groups: list[tuple[list[str], str, bool]] = []
     if blocking and args.blocks > 0 and len(local) > 1:
+        groups += [(local, case, False) for case in blocking]
         header["interleaved"] = (
             f"{' and '.join(blocking)} case(s) of {', '.join(local)}: {args.blocks} blocks of "
             f"{args.block_calls} calls, taking turns (order reversed every other block)"
         )
+    ray_pair = [i for i in RAY_PAIR if i in impls and pythons[i][0] is not None]
+    if args.blocks > 0 and len(ray_pair) == 2:
+        groups += [(ray_pair, case, netns_ok) for case in cases]
+        header["interleaved_ray"] = (
+            f"{', '.join(cases)} case(s) of {' and '.join(ray_pair)}: {args.blocks} blocks "
+            f"each ({args.block_calls} blocking calls, or one pipelined round of "
+            f"{args.pipelined_block} calls), taking turns, each worker with its own Ray"
+        )
     with tempfile.TemporaryDirectory(prefix="br_") as tmp:
-        if "interleaved" in header:
-            local_pythons = {i: pythons[i][0] for i in local}
-            for case in blocking:
-                started = time.monotonic()
-                got = run_interleaved(local, local_pythons, args, Path(tmp), case)  # type: ignore[arg-type]
-                for impl, result in got.items():
-                    interleaved[impl, case] = result
-                    shown = (f"median {result['median_us']:,.1f} us, p99 "
-                             f"{result['p99_us']:,.1f} us" if result.get("ok")
-                             else f"not run: {result['reason']}")  # fmt: skip
-                    print(f"  interleaved {case:5s} {impl:14s} {shown}", file=sys.stderr)
-                print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+        for group, case, in_netns in groups:
+            started = time.monotonic()
+            group_pythons = {i: exe for i in group if (exe := pythons[i][0]) is not None}
+            got = run_interleaved(group, group_pythons, args, Path(tmp), case, in_netns)
+            for impl, result in got.items():
+                interleaved[impl, case] = result
+                shown = (f"not run: {result['reason']}" if not result.get("ok")
+                         else f"{result['calls_per_s']:,.0f} calls/s" if case == "pipelined"
+                         else f"median {result['median_us']:,.1f} us, p99 "
+                         f"{result['p99_us']:,.1f} us")  # fmt: skip
+                print(f"  interleaved {case:5s} {impl:14s} {shown}", file=sys.stderr)
+            print(f"  ({time.monotonic() - started:.0f} s)", file=sys.stderr)
         for round_no in range(args.rounds):
             # odd rounds run the implementations in reverse order, so that slow drifts of the
             # machine's background load do not always hit the same one, while raw and harness
