@@ -17,13 +17,15 @@ maps to what:
   rollout request of a version) is ``ray.put`` once and passed by reference: one copy in the
   object store per version, however many actors read it.
 
-Security: Ray (>= 2.52) turns on token authentication for every cluster it starts: a peer
-without the cluster's token (``~/.ray/auth_token``, readable by its user only) is refused before
-anything it sends is deserialised. Ray's servers listen on the node's address, not loopback
-(Ray replaces 127.0.0.1 with a reachable address by design), so for a local Ray the token is
-what keeps other hosts out; :func:`connect` refuses to start a local Ray with authentication
-turned off (``RAY_AUTH_MODE=disabled``). A remote cluster is as trusted as its own settings
-(token auth, TLS) make it: harness adds no layer of its own.
+Security: a local Ray that this transport starts (no address, no ``RAY_ADDRESS``, ray not yet
+imported in the process) runs in Ray's single-machine mode (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER
+=0``): the node address is 127.0.0.1 and every Ray server binds loopback only. On top, Ray
+(>= 2.52) turns on token authentication for every cluster it starts: a peer without the
+cluster's token (``~/.ray/auth_token``, readable by its user only) is refused before anything
+it sends is deserialised, and :func:`connect` refuses to start a local Ray with authentication
+turned off (``RAY_AUTH_MODE=disabled``). A Ray this process had already initialised, or a
+remote cluster, is as trusted as its own settings (token auth, TLS) make it: harness adds no
+layer of its own.
 """
 
 from __future__ import annotations
