@@ -46,6 +46,7 @@ __all__ = [
     "connect",
     "current_client",
     "handle_of",
+    "qualified_name",
     "release",
     "remote",
 ]
@@ -71,6 +72,14 @@ class RemoteError(HarnessError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.remote_type, self.remote_message, self.remote_traceback))
+
+
+def qualified_name(kind: type) -> str:
+    """An exception class's name as :attr:`RemoteError.remote_type` gives it (``ValueError``,
+    ``pkg.module.MyError``), the same in every transport."""
+    module = getattr(kind, "__module__", "") or ""
+    name = getattr(kind, "__qualname__", kind.__name__)
+    return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
 
 
 class ActorLost(RemoteError):

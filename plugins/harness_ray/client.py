@@ -47,7 +47,7 @@ from ray import exceptions as rex
 
 from harness.cpus import cpu_share
 from harness.errors import ConfigError, HarnessError
-from harness.remote import ActorLost, ActorOptions, RemoteError
+from harness.remote import ActorLost, ActorOptions, RemoteError, qualified_name
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,6 @@ _owned_clients = 0
 # the actor side
 
 
-def _qualified_name(kind: type) -> str:
-    module = getattr(kind, "__module__", "") or ""
-    name = getattr(kind, "__qualname__", kind.__name__)
-    return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
-
-
 def _as_remote_error(exc: BaseException) -> RemoteError:
     """``exc`` as the transport-neutral error (picklable whatever ``exc`` holds)."""
     if isinstance(exc, RemoteError):
@@ -82,7 +76,7 @@ def _as_remote_error(exc: BaseException) -> RemoteError:
     except BaseException as inner:  # a user exception's __str__ may raise
         message = f"<unprintable: {type(inner).__name__}>"
     text = "".join(traceback.format_exception(exc))[-5 * _MAX_TEXT :]
-    return RemoteError(_qualified_name(type(exc)), message, text)
+    return RemoteError(qualified_name(type(exc)), message, text)
 
 
 def _resolve(values: Sequence[Any]) -> list[Any]:
@@ -146,7 +140,7 @@ def translate(exc: BaseException, actor_id: str) -> BaseException:
         if isinstance(cause, RemoteError):
             return cause
         if cause is not None:
-            return RemoteError(_qualified_name(type(cause)), str(cause), exc.traceback_str)
+            return RemoteError(qualified_name(type(cause)), str(cause), exc.traceback_str)
         return RemoteError("RayTaskError", str(exc), getattr(exc, "traceback_str", ""))
     lost = (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.OwnerDiedError)
     if isinstance(exc, lost):

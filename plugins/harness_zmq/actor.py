@@ -72,6 +72,7 @@ import zmq
 import zmq.backend
 
 from harness.errors import HarnessError
+from harness.remote import qualified_name
 from harness_zmq.security import InsecureBind, Keys, is_loopback
 
 log = logging.getLogger(__name__)
@@ -828,12 +829,6 @@ def _actor_main(
     return 0
 
 
-def _qualified_name(kind: type) -> str:
-    module = getattr(kind, "__module__", "") or ""
-    name = getattr(kind, "__qualname__", kind.__name__)
-    return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
-
-
 def _safe_text(value: object, limit: int = _MAX_TEXT) -> str:
     """``str(value)`` cut to ``limit`` characters; never raises (a user exception's
     ``__str__`` may)."""
@@ -964,7 +959,7 @@ class _Actor:
     def error(self, ident: bytes, rid: Any, exc: BaseException | None, **fields: Any) -> None:
         self.stats["errors"] += 1
         if exc is not None:
-            fields.setdefault("type", _qualified_name(type(exc)))
+            fields.setdefault("type", qualified_name(type(exc)))
             fields.setdefault("message", _safe_text(exc))
             fields.setdefault(
                 "traceback",
@@ -1114,7 +1109,7 @@ class _Actor:
             except Exception as exc:
                 stats["malformed"] += 1
                 cause = exc.__cause__ or exc
-                self.init_error = f"{_qualified_name(type(cause))}: {cause}"
+                self.init_error = f"{qualified_name(type(cause))}: {cause}"
                 self.error(ident, rid, cause)
                 return
             try:
@@ -1122,7 +1117,7 @@ class _Actor:
                     sys.modules["torch"].set_num_threads(self.threads)
                 self.obj = cls(*args, **kwargs)
             except BaseException as exc:
-                self.init_error = f"{_qualified_name(type(exc))}: {_safe_text(exc)}"
+                self.init_error = f"{qualified_name(type(exc))}: {_safe_text(exc)}"
                 self.error(ident, rid, exc)
                 return
             self.send(ident, wire.pack(K.RESULT, {"id": rid, "pid": os.getpid()}))
