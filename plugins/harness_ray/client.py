@@ -31,14 +31,16 @@ layer of its own.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import socket
 import threading
 import traceback
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -61,6 +63,8 @@ _MAX_TEXT = 4000
 _ray_lock = threading.Lock()
 _owned_clients = 0
 """Open clients of a Ray this module started; the last one to close shuts it down."""
+_owner_stop: threading.Event | None = None
+"""Ends the thread that started the local Ray (see :func:`_init_local`)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -79,24 +83,17 @@ def _as_remote_error(exc: BaseException) -> RemoteError:
     return RemoteError(qualified_name(type(exc)), message, text)
 
 
-def _resolve(values: Sequence[Any]) -> list[Any]:
-    """Arguments with object refs (put by the caller) replaced by their values."""
-    refs = [i for i, v in enumerate(values) if isinstance(v, ray.ObjectRef)]
-    out = list(values)
-    if refs:
-        for i, value in zip(refs, ray.get([values[i] for i in refs]), strict=True):
-            out[i] = value
-    return out
-
-
 class _ActorHost:
-    """The Ray actor behind one remote object."""
+    """The Ray actor behind one remote object. :func:`_host_class` subclasses it per remote
+    class with one Ray method ``m_NAME`` per method of the class, so a call's arguments travel
+    as Ray's own (one serialised value each, put references resolved by Ray) and no method
+    name goes with them; ``call`` serves any other name."""
 
-    def __init__(self, cls: type[Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    def __init__(self, cls: type[Any], /, *args: Any, **kwargs: Any) -> None:
         self._error: RemoteError | None = None
         self.obj: Any = None
         try:
-            self.obj = cls(*_resolve(args), **kwargs)
+            self.obj = cls(*args, **kwargs)
         except Exception as exc:  # reported by ready(), so creating it fails like a call
             self._error = _as_remote_error(exc)
 
@@ -105,9 +102,9 @@ class _ActorHost:
             raise self._error
         return os.getpid()
 
-    def call(self, method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         try:
-            return getattr(self.obj, method)(*_resolve(args), **kwargs)
+            return getattr(self.obj, method)(*args, **kwargs)
         except Exception as exc:
             raise _as_remote_error(exc) from None
 
@@ -118,14 +115,45 @@ class _ActorHost:
             raise _as_remote_error(exc) from None
 
 
-_RemoteHost: Any = None  # ray.remote(_ActorHost), made once
+def _host_method(name: str) -> Any:
+    def method(self: _ActorHost, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.obj, name)(*args, **kwargs)
+        except Exception as exc:
+            raise _as_remote_error(exc) from None
+
+    method.__name__ = method.__qualname__ = f"m_{name}"
+    return method
 
 
-def _host_class() -> Any:
-    global _RemoteHost
-    if _RemoteHost is None:
-        _RemoteHost = ray.remote(_ActorHost)
-    return _RemoteHost
+def remote_methods(cls: type[Any]) -> list[str]:
+    """The methods of ``cls`` that get a Ray method of their own (dunders go through
+    ``call``)."""
+    return sorted(
+        name
+        for name, _ in inspect.getmembers(cls)
+        if not (name.startswith("__") and name.endswith("__"))
+        and callable(inspect.getattr_static(cls, name, None))
+        and not isinstance(inspect.getattr_static(cls, name, None), type)
+    )
+
+
+_hosts: dict[type[Any], tuple[Any, frozenset[str]]] = {}
+"""Per remote class: its Ray actor class and the names that have an ``m_NAME`` method."""
+
+
+def _host_class(cls: type[Any]) -> tuple[Any, frozenset[str]]:
+    with _ray_lock:
+        made = _hosts.get(cls)
+        if made is None:
+            names = remote_methods(cls)
+            host = type(
+                f"RayHost_{cls.__name__}",
+                (_ActorHost,),
+                {f"m_{name}": _host_method(name) for name in names},
+            )
+            made = _hosts[cls] = (ray.remote(host), frozenset(names))
+        return made
 
 
 # ------------------------------------------------------------------------------------------
@@ -160,20 +188,102 @@ def _numpy_bytes(value: Any, depth: int = 0) -> int:
     return 0
 
 
+class RayFuture(Future[Any]):
+    """A call's result: the object ref, fetched with ``ray.get`` by ``result()`` /
+    ``exception()`` in the caller's thread. Ray's completion callback (which Ray runs on its
+    own thread, taking the GIL from the caller once per call) is armed only when something
+    watches the future without asking for its result: ``add_done_callback`` (the farm's
+    stream, :class:`harness.remote.Completions`), ``done()``, ``concurrent.futures.wait`` or
+    ``as_completed`` (through the waiters list they register on)."""
+
+    def __init__(self, ref: Any, actor_id: str) -> None:
+        self._ref = ref
+        self._actor_id = actor_id
+        self._armed = False
+        super().__init__()
+
+    # concurrent.futures.wait / as_completed register through this list under the future's
+    # condition; reading it arms the callback so they are woken
+    @property
+    def _waiters(self) -> list[Any]:
+        self._arm()
+        waiters: list[Any] = self.__dict__["_waiters_list"]
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list[Any]) -> None:
+        self.__dict__["_waiters_list"] = value
+
+    def _arm(self) -> None:
+        if self._armed or self._ref is None:
+            return
+        self._armed = True
+        self._ref.future().add_done_callback(self._completed)
+
+    def _completed(self, ray_future: Future[Any]) -> None:
+        try:
+            result = ray_future.result()
+        except BaseException as exc:
+            self._settle(exc, None)
+        else:
+            self._settle(None, result)
+
+    def _settle(self, exc: BaseException | None, result: Any) -> None:
+        self._ref = None  # the object store copy is freed once nothing refers to it
+        with contextlib.suppress(InvalidStateError):  # the callback and a ray.get both ended
+            if exc is not None:
+                self.set_exception(translate(exc, self._actor_id))
+            else:
+                self.set_result(result)
+
+    def _fetch(self, timeout: float | None) -> None:
+        ref = self._ref
+        if ref is None or self._armed or Future.done(self):
+            return
+        try:
+            result = ray.get(ref, timeout=timeout)
+        except rex.GetTimeoutError:
+            raise FutureTimeout() from None
+        except rex.RayError as exc:
+            self._settle(exc, None)
+        else:
+            self._settle(None, result)
+
+    def add_done_callback(self, fn: Any) -> None:
+        self._arm()
+        super().add_done_callback(fn)
+
+    def done(self) -> bool:
+        self._arm()
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._fetch(timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._fetch(timeout)
+        return super().exception(timeout)
+
+
 class RayActorHandle:
     """One remote object on Ray (see :class:`harness.remote.ActorHandle`)."""
 
-    def __init__(self, client: RayClient, actor: Any) -> None:
+    def __init__(self, client: RayClient, actor: Any, methods: frozenset[str]) -> None:
         self._client = client
         self._actor = actor
+        self._methods = {name: getattr(actor, f"m_{name}") for name in methods}
         self.actor_id = actor._actor_id.hex()[:12]
         self._closed = False
 
     def _submit(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._closed:
             raise ActorLost("Released", f"Ray actor {self.actor_id} was released")
-        shared = tuple(self._client.share(a) for a in args)
-        return self._actor.call.remote(method, shared, kwargs)
+        share = self._client.share
+        ray_method = self._methods.get(method)
+        if ray_method is not None:
+            return ray_method.remote(*[share(a) for a in args], **kwargs)
+        return self._actor.call.remote(method, *[share(a) for a in args], **kwargs)
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ref = self._submit(method, args, kwargs)
@@ -185,24 +295,13 @@ class RayActorHandle:
     def call_future(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Future[Any]:
-        out: Future[Any] = Future()
         try:
             ref = self._submit(method, args, kwargs)
         except BaseException as exc:
+            out: Future[Any] = Future()
             out.set_exception(exc)
             return out
-        actor_id = self.actor_id
-
-        def done(ray_future: Future[Any]) -> None:
-            try:
-                result = ray_future.result()
-            except BaseException as exc:
-                out.set_exception(translate(exc, actor_id))
-            else:
-                out.set_result(result)
-
-        ref.future().add_done_callback(done)
-        return out
+        return RayFuture(ref, self.actor_id)
 
     def get_attribute(self, name: str) -> Any:
         try:
@@ -266,9 +365,10 @@ class RayClient:
         }
         if options.memory_mb:
             ray_options["memory"] = options.memory_mb * 2**20
-        shared = tuple(self.share(a) for a in args)
-        actor = _host_class().options(**ray_options).remote(cls, shared, kwargs)
-        handle = RayActorHandle(self, actor)
+        host, methods = _host_class(cls)
+        shared = [self.share(a) for a in args]
+        actor = host.options(**ray_options).remote(cls, *shared, **kwargs)
+        handle = RayActorHandle(self, actor, methods)
         try:
             ray.get(actor.ready.remote(), timeout=self._start_timeout_s)
         except rex.GetTimeoutError:
@@ -291,7 +391,7 @@ class RayClient:
             self._handles.pop(id(handle), None)
 
     def close(self) -> None:
-        global _owned_clients
+        global _owned_clients, _owner_stop
         if self._closed:
             return
         self._closed = True
@@ -303,14 +403,47 @@ class RayClient:
         if self._owns_ray:
             with _ray_lock:
                 _owned_clients -= 1
-                if _owned_clients == 0 and ray.is_initialized():
-                    ray.shutdown()
+                if _owned_clients == 0:
+                    if ray.is_initialized():
+                        ray.shutdown()
+                    if _owner_stop is not None:
+                        _owner_stop.set()
+                        _owner_stop = None
 
     def __enter__(self) -> RayClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _init_local(**init: Any) -> None:
+    """``ray.init(**init)`` for a local Ray, from a thread that lives until Ray is shut down.
+
+    Ray starts its daemons (GCS, raylet) with ``PR_SET_PDEATHSIG``, which the kernel fires
+    when the *thread* that started them ends, not the process: a local Ray started from a
+    short-lived thread (a thread pool's, or ``harness tune``'s starter thread) lost its GCS the
+    moment that thread returned, and a minute later Ray terminated the whole process. The main
+    thread lives as long as the process, so it calls ``ray.init`` itself."""
+    global _owner_stop
+    if threading.current_thread() is threading.main_thread():
+        ray.init(**init)
+        return
+    started: Future[None] = Future()
+    stop = threading.Event()
+
+    def own() -> None:
+        try:
+            ray.init(**init)
+        except BaseException as exc:
+            started.set_exception(exc)
+            return
+        started.set_result(None)
+        stop.wait()
+
+    threading.Thread(target=own, name="harness-ray-owner", daemon=True).start()
+    started.result()
+    _owner_stop = stop
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -375,7 +508,7 @@ def connect(
                     "pickled objects. Unset RAY_AUTH_MODE (or use transport = 'zmq', which "
                     "binds loopback)."
                 )
-            ray.init(
+            _init_local(
                 num_cpus=int(cpus) if cpus else cpu_share(),
                 include_dashboard=False,
                 log_to_driver=log_to_driver,
