@@ -1,8 +1,9 @@
 """The Ray transport: :mod:`harness.remote`'s client protocol on Ray actors.
 
-Each ``@harness.remote`` instance is one Ray actor, an :class:`_ActorHost` that builds the
-object in its own worker process and runs ``call(method, args, kwargs)`` for the proxy. What
-maps to what:
+Each ``@harness.remote`` instance is one Ray actor, an :class:`_ActorHost` subclass made per
+remote class with one Ray method ``m_NAME`` per method of the class; it builds the object in
+its own worker process. A call's arguments are Ray's own arguments, and its future is fetched
+with ``ray.get`` unless something watches it (:class:`RayFuture`). What maps to what:
 
 * resources: ``ActorOptions.cpus``/``gpus`` -> Ray's ``num_cpus``/``num_gpus`` (Ray sets the
   actor's ``OMP_NUM_THREADS`` and ``CUDA_VISIBLE_DEVICES`` from them), ``memory_mb`` -> Ray's
