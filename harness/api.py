@@ -280,7 +280,8 @@ class Algorithm(abc.ABC):
 class Agent(abc.ABC):
     """Numpy in, numpy out; the data flow around an :class:`Algorithm`.
 
-    ``rollout_len`` is the number of vector steps between two ``learn`` calls: one iteration.
+    ``rollout_len`` is the number of vector steps between two ``learn`` calls: one iteration
+    (for an :attr:`offline` agent, the number of gradient updates one ``learn`` takes).
     The base class keeps what every agent checkpoints: the env-step and gradient-step counters
     and the numpy generator used for exploration and minibatch shuffling.
     """
@@ -290,6 +291,12 @@ class Agent(abc.ABC):
     on_policy: bool = False
     """True when ``learn`` needs experience from the current policy only (PPO): remote
     actors then wait for the newest weights before every rollout."""
+    offline: bool = False
+    """True when the agent learns from a fixed dataset instead of from the envs (offline RL):
+    the runner then steps no env for training (evaluations still run episodes), one run step is
+    one gradient update (``rollout_len`` of them per ``learn``), ``observe`` is never called,
+    and :meth:`load_data` runs once at start-up, so a missing or mismatched dataset fails
+    before any training."""
     independent_transitions: bool = False
     """True when ``observe`` takes each row of a transition on its own (one-step replay, no
     per-env sequences): it then accepts batches of any number of rows from any envs, and an
@@ -336,6 +343,11 @@ class Agent(abc.ABC):
         """Called by whoever steps the envs (a serial run or a farm actor) after a vector step
         in which the episodes of the envs in boolean ``mask`` ended, before the next
         ``sample``: per-env acting state (a recurrent state, an ES perturbation) resets here."""
+
+    def load_data(self) -> None:  # noqa: B027 - optional
+        """Offline agents (:attr:`offline`): read and check the dataset the config names. The
+        runner calls it before training; an agent built only to act (``harness eval``, ``harness
+        collect``) never does, so evaluating a checkpoint needs no dataset."""
 
     def data_state(self) -> dict[str, np.ndarray]:
         """Numpy state that must survive a resume (replay, rollout position, RNG)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness import __version__
 from harness.config import (
+    Config,
     RawConfig,
     RunConfig,
     describe,
@@ -386,24 +387,43 @@ def _toml_literal(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def checkpoint_config(
+    source: Path,
+    overrides: Sequence[str],
+    registry: Registry,
+    *,
+    extra: tuple[Mapping[str, Mapping[str, Any]], str] | None = None,
+) -> tuple[Config, Path]:
+    """The resolved config of a run directory's newest checkpoint (or of a checkpoint
+    directory) with ``--set`` overrides, and that checkpoint: what ``harness eval`` and plugin
+    commands that load a trained agent (``harness collect``) start from. ``extra`` is one more
+    layer (values, origin) merged after the overrides."""
     from harness.checkpoint import latest_checkpoint, read_meta
-    from harness.runtime.run import check_compatible, evaluate, load_agent
+    from harness.runtime.run import check_compatible
 
-    _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
-    ckpt = latest_checkpoint(Path(args.checkpoint))
+    ckpt = latest_checkpoint(source)
     meta = read_meta(ckpt)
     if "config" not in meta:
         raise ConfigError(f"{ckpt}: meta.json has no config; it was not written by harness run.")
     raw = RawConfig()
     raw.merge(meta["config"], str(ckpt / "meta.json"), for_algo=meta.get("algo"))
-    for text in args.overrides:
+    for text in overrides:
         section, key, value = parse_override(text)
         raw.merge({section: {key: value}}, f"--set {text}")
-    if args.round is not None:
-        raw.merge({"env": {"round": args.round, "time_limit": None}}, f"--round {args.round}")
+    if extra is not None:
+        raw.merge(*extra)
     check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
-    config = resolve(raw, registry)
+    return resolve(raw, registry), ckpt
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from harness.runtime.run import evaluate, load_agent
+
+    _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
+    extra = None
+    if args.round is not None:
+        extra = ({"env": {"round": args.round, "time_limit": None}}, f"--round {args.round}")
+    config, ckpt = checkpoint_config(Path(args.checkpoint), args.overrides, registry, extra=extra)
     agent = load_agent(config, registry, ckpt)
     result = evaluate(agent, config, registry, args.episodes, seed=args.seed)
     print(

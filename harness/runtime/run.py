@@ -286,6 +286,14 @@ def build_run(
         if farm:
             info = dataclasses.replace(info, num_envs=config.run.num_envs)
         agent = make_agent(config, registry, info)
+        if getattr(agent, "offline", False):  # learns from a dataset: check it before training
+            if farm:
+                raise ConfigError(
+                    f"Algorithm {config.run.algo!r} learns offline from a dataset and steps no "
+                    f"env for training: remote actors have nothing to do. Leave run.actors at 0 "
+                    f"(it is {config.run.actors})."
+                )
+            agent.load_data()
     except BaseException:
         envs.close()
         raise
@@ -507,6 +515,24 @@ class SerialCollector:
         pass
 
 
+class OfflineCollector:
+    """No experience at all: an offline agent learns from its dataset (``Agent.offline``). One
+    run step is one gradient update, so ``total_steps``, ``eval_every``, ``log_every`` and
+    ``checkpoint_every`` count updates and ``perf/SPS`` is updates per second."""
+
+    def __init__(self, run: Run) -> None:
+        del run
+
+    def collect(self, run: Run, finished: list[Episode]) -> None:
+        run.step += run.agent.rollout_len
+
+    def after_learn(self, run: Run) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 def _loop(run: Run, collector: Any) -> bool:
     """Iterate until the step budget or the return threshold; True when stopped early."""
     cfg = run.config.run
@@ -598,6 +624,8 @@ def _diverged(run: Run, what: str) -> DivergedError:
 
 
 def _collector(run: Run) -> Any:
+    if getattr(run.agent, "offline", False):
+        return OfflineCollector(run)
     if run.config.run.actors <= 0:
         return SerialCollector(run)
     from harness.runtime.farm import FarmCollector

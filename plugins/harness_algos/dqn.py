@@ -14,33 +14,20 @@ from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
 
 
 @dataclass
-class DQNConfig:
-    """DQN hyper-parameters ([algo] section). Defaults follow the RL Zoo's CartPole-v1 entry."""
+class QConfig:
+    """The Q-network and its update ([algo] section), online (DQN) or offline (discrete CQL).
+    Defaults follow the RL Zoo's CartPole-v1 entry."""
 
     learning_rate: float = 2.3e-3
     """Adam step size."""
-    buffer_size: int = 100_000
-    """Replay capacity in transitions."""
-    learning_starts: int = 1_000
-    """Env steps collected before the first update."""
     batch_size: int = 64
     """Transitions per gradient step."""
     gamma: float = 0.99
     """Discount factor."""
-    train_freq: int = 256
-    """Env steps (summed over envs) between update bursts."""
-    gradient_steps: int = 128
-    """Gradient steps per update burst."""
     target_update_interval: int = 128
     """Gradient steps between hard target-network copies."""
     tau: float = 1.0
     """Target update rate (1.0 = hard copy every interval, <1 = Polyak averaging)."""
-    exploration_fraction: float = 0.16
-    """Fraction of the run over which epsilon decays linearly."""
-    exploration_initial_eps: float = 1.0
-    """Epsilon at the start."""
-    exploration_final_eps: float = 0.04
-    """Epsilon after the decay."""
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the Q-network."""
     activation: str = "relu"
@@ -49,12 +36,6 @@ class DQNConfig:
     """Double Q-learning: the online net picks the next action, the target net scores it."""
     dueling: bool = False
     """Dueling head: Q = V + A - mean(A) over a shared trunk."""
-    prioritized: bool = False
-    """Prioritized experience replay (proportional, sum tree)."""
-    per_alpha: float = 0.6
-    """Priority exponent for prioritized replay."""
-    per_beta: float = 0.4
-    """Initial importance-sampling exponent, annealed to 1 over the run."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip."""
     loss: str = "huber"
@@ -63,14 +44,49 @@ class DQNConfig:
     def __post_init__(self) -> None:
         if self.loss not in ("huber", "mse"):
             raise ValueError(f"loss = {self.loss!r} must be 'huber' or 'mse'")
+        if self.batch_size < 1 or self.target_update_interval < 1:
+            raise ValueError("batch_size and target_update_interval must be >= 1")
+        post_init = getattr(super(), "__post_init__", None)
+        if post_init is not None:  # (the next config class in the MRO validates its own keys)
+            post_init()
+
+
+@dataclass
+class DQNConfig(QConfig):
+    """DQN hyper-parameters ([algo] section): the Q update's, plus the replay, its schedule and
+    the exploration. Defaults follow the RL Zoo's CartPole-v1 entry."""
+
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 1_000
+    """Env steps collected before the first update."""
+    train_freq: int = 256
+    """Env steps (summed over envs) between update bursts."""
+    gradient_steps: int = 128
+    """Gradient steps per update burst."""
+    exploration_fraction: float = 0.16
+    """Fraction of the run over which epsilon decays linearly."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon at the start."""
+    exploration_final_eps: float = 0.04
+    """Epsilon after the decay."""
+    prioritized: bool = False
+    """Prioritized experience replay (proportional, sum tree)."""
+    per_alpha: float = 0.6
+    """Priority exponent for prioritized replay."""
+    per_beta: float = 0.4
+    """Initial importance-sampling exponent, annealed to 1 over the run."""
+
+    def __post_init__(self) -> None:
         if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
             raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
+        super().__post_init__()
 
 
 class DQN(Algorithm):
     """Loss and update: TD regression of Q(s, a) on r + gamma * Q_target(s', a*)."""
 
-    def __init__(self, backend: Backend, info: EnvInfo, config: DQNConfig) -> None:
+    def __init__(self, backend: Backend, info: EnvInfo, config: QConfig) -> None:
         super().__init__(backend)
         self.config = config
         self.q = self._build(info)
@@ -106,6 +122,11 @@ class DQN(Algorithm):
     def learn(self, batch: ReplayBatch) -> dict[str, float]:
         return self.learn_with_td(batch)[0]
 
+    def q_penalty(self, q_all: Any, q_taken: Any) -> Any:
+        """A term added to the TD loss (``q_all``: Q(s, .) of the batch, ``q_taken``: Q of its
+        actions); DQN adds none, discrete CQL its conservative penalty (cql_discrete.py)."""
+        return None
+
     def learn_with_td(self, batch: ReplayBatch) -> tuple[dict[str, float], np.ndarray]:
         """One gradient step; also returns |TD error| per sample for priority updates."""
         bk, c = self.backend, self.config
@@ -121,9 +142,13 @@ class DQN(Algorithm):
                 else:
                     next_v = bk.max(next_q, axis=-1)
                 target = rewards + c.gamma * (1.0 - dones) * next_v
-            q = bk.gather(self.q_values(self.q, obs), actions)
+            q_all = self.q_values(self.q, obs)
+            q = bk.gather(q_all, actions)
             per_sample = bk.smooth_l1(q, target) if c.loss == "huber" else bk.mse(q, target)
             loss = bk.mean(bk.tensor(batch.weights) * per_sample)
+            penalty = self.q_penalty(q_all, q)
+            if penalty is not None:
+                loss = loss + penalty
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         with bk.no_grad():
             td = bk.numpy(q - target)

@@ -26,35 +26,58 @@ from harness.errors import ConfigError
 
 
 @dataclass
-class OffPolicyConfig:
-    """Hyper-parameters every off-policy actor-critic here shares ([algo] section)."""
+class ActorCriticConfig:
+    """The update hyper-parameters every actor-critic here shares, online or offline ([algo]
+    section)."""
 
     learning_rate: float = 1e-3
     """Adam step size of every network (and of SAC's entropy coefficient)."""
-    buffer_size: int = 1_000_000
-    """Replay capacity in transitions."""
-    learning_starts: int = 100
-    """Env steps of uniformly random actions before the first update."""
     batch_size: int = 256
     """Transitions per gradient step."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
     """Polyak rate of the target networks (1.0 = hard copy)."""
-    train_freq: int = 1
-    """Env steps (summed over envs) per ``gradient_steps`` updates."""
-    gradient_steps: int = 1
-    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     """Hidden widths of the actor and of each critic."""
     activation: str = "relu"
     """Hidden activation: relu, tanh or elu."""
 
     def __post_init__(self) -> None:
-        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
-            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size = {self.batch_size} must be >= 1")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau = {self.tau} must be in (0, 1]")
+        next_post_init(super())
+
+
+def next_post_init(parent: Any) -> None:
+    """Call the next ``__post_init__`` in the MRO, if any: config dataclasses here combine by
+    multiple inheritance (SAC's keys with the online replay's, or with an offline dataset's),
+    and each one validates its own fields."""
+    post_init = getattr(parent, "__post_init__", None)
+    if post_init is not None:
+        post_init()
+
+
+@dataclass
+class OffPolicyConfig(ActorCriticConfig):
+    """Hyper-parameters every online off-policy actor-critic here shares ([algo] section): the
+    update's, plus the replay and its schedule."""
+
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    train_freq: int = 1
+    """Env steps (summed over envs) per ``gradient_steps`` updates."""
+    gradient_steps: int = 1
+    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
+
+    def __post_init__(self) -> None:
+        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
+            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
+        super().__post_init__()
 
 
 @dataclass
@@ -134,6 +157,24 @@ def box_bounds(info: EnvInfo, algo: str) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
+class BoxScale:
+    """The env's action box mapped onto [-1, 1], where the tanh actors work, and back: one
+    config fits every action scale (online and offline agents share it)."""
+
+    def __init__(self, info: EnvInfo, algo: str) -> None:
+        low, high = box_bounds(info, algo)
+        self.centre = (high + low) / 2
+        self.half = (high - low) / 2
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        env_actions: np.ndarray = (self.centre + self.half * actions).astype(np.float32)
+        return env_actions
+
+    def from_env(self, actions: np.ndarray) -> np.ndarray:
+        scaled: np.ndarray = np.clip((actions - self.centre) / self.half, -1.0, 1.0)
+        return scaled
+
+
 class OffPolicyAgent(Agent):
     """Replay, action scaling, random warm-up and the replay-ratio schedule."""
 
@@ -154,9 +195,7 @@ class OffPolicyAgent(Agent):
         super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.name = name
         self.rollout_len = max(1, config.train_freq // info.num_envs)
-        low, high = box_bounds(info, name)
-        self.centre = (high + low) / 2
-        self.half = (high - low) / 2
+        self.scale = BoxScale(info, name)
         self.action_shape = info.action.shape
         self.replay = ReplayMemory(
             config.buffer_size,
@@ -172,10 +211,10 @@ class OffPolicyAgent(Agent):
         """env_steps already converted into owed updates."""
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
-        return (self.centre + self.half * actions).astype(np.float32)
+        return self.scale.to_env(actions)
 
     def from_env(self, actions: np.ndarray) -> np.ndarray:
-        return np.clip((actions - self.centre) / self.half, -1.0, 1.0)
+        return self.scale.from_env(actions)
 
     def explore(self, obs: np.ndarray) -> np.ndarray:
         """Exploratory actions in [-1, 1] after the warm-up (subclasses may pick a head)."""

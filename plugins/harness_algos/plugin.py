@@ -5,7 +5,21 @@ from __future__ import annotations
 
 from harness import hookimpl
 from harness.registry import AlgorithmSpec
-from harness_algos import a2c, ddpg, dqn, es, impala, pg, ppo, random_policy, sac, td3
+from harness_algos import (
+    a2c,
+    bcq,
+    cql,
+    cql_discrete,
+    ddpg,
+    dqn,
+    es,
+    impala,
+    pg,
+    ppo,
+    random_policy,
+    sac,
+    td3,
+)
 
 
 @hookimpl
@@ -73,6 +87,28 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=impala.IMPALAConfig,
             action_spaces=("discrete", "box"),
             description="IMPALA (V-trace actor-critic; asynchronous actors with a bounded lag)",
+        ),
+        AlgorithmSpec(
+            "bcq",
+            make_agent=bcq.make_agent,
+            config_cls=bcq.BCQConfig,
+            action_spaces=("box",),
+            description="BCQ, offline from a Minari dataset (VAE + perturbation actor + twin "
+            "critics)",
+        ),
+        AlgorithmSpec(
+            "cql",
+            make_agent=cql.make_agent,
+            config_cls=cql.CQLConfig,
+            action_spaces=("box",),
+            description="CQL(H) on SAC, offline from a Minari dataset (fixed or tuned alpha)",
+        ),
+        AlgorithmSpec(
+            "cql-discrete",
+            make_agent=cql_discrete.make_agent,
+            config_cls=cql_discrete.CQLDiscreteConfig,
+            action_spaces=("discrete",),
+            description="discrete CQL(H) on double DQN, offline from a Minari dataset",
         ),
         AlgorithmSpec(
             "random",

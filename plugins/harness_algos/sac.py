@@ -12,14 +12,22 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.offpolicy import ContinuousActorCritic, OffPolicyAgent, OffPolicyConfig, flat
+from harness_algos.offpolicy import (
+    ActorCriticConfig,
+    ContinuousActorCritic,
+    OffPolicyAgent,
+    OffPolicyConfig,
+    flat,
+    next_post_init,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 @dataclass
-class SACConfig(OffPolicyConfig):
-    """SAC hyper-parameters ([algo] section); defaults are SB3's except the learning rate."""
+class SoftConfig(ActorCriticConfig):
+    """SAC's own keys: the update's, and the entropy coefficient's (online SAC and offline CQL
+    share them)."""
 
     autotune: bool = True
     """Learn the entropy coefficient (alpha) towards ``target_entropy``."""
@@ -31,17 +39,22 @@ class SACConfig(OffPolicyConfig):
     """Gradient steps between soft target-critic updates."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.ent_coef <= 0:
             raise ValueError(f"ent_coef = {self.ent_coef} must be > 0")
         if self.target_update_interval < 1:
             raise ValueError("target_update_interval must be >= 1")
+        next_post_init(super())
+
+
+@dataclass
+class SACConfig(SoftConfig, OffPolicyConfig):
+    """SAC hyper-parameters ([algo] section); defaults are SB3's except the learning rate."""
 
 
 class SAC(ContinuousActorCritic):
     """Soft Q regression, the reparameterised actor update and the entropy-coefficient step."""
 
-    saved = (
+    saved: tuple[str, ...] = (
         "actor",
         "critics",
         "critics_target",
@@ -52,7 +65,7 @@ class SAC(ContinuousActorCritic):
     )
     counters = ("steps",)
 
-    def __init__(self, backend: Backend, info: EnvInfo, config: SACConfig) -> None:
+    def __init__(self, backend: Backend, info: EnvInfo, config: SoftConfig) -> None:
         super().__init__(backend)
         self.config = config
         obs_dim, self.act_dim = info.observation.flat_dim, info.action.flat_dim
@@ -100,6 +113,13 @@ class SAC(ContinuousActorCritic):
         correction = bk.sum(2.0 * (math.log(2.0) - u - bk.softplus(-2.0 * u)), axis=-1)
         return bk.tanh(u), dist.log_prob(u) - correction
 
+    def critic_penalty(
+        self, obs: Tensor, next_obs: Tensor, q1: Tensor, q2: Tensor
+    ) -> Tensor | None:
+        """A term added to the critics' loss on this batch (``q1``, ``q2``: their values of the
+        batch's actions); SAC adds none, CQL its conservative penalty (cql.py)."""
+        return None
+
     def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]:
         bk, c = self.backend, self.config
         obs, next_obs = bk.tensor(flat(batch.obs)), bk.tensor(flat(batch.next_obs))
@@ -119,6 +139,9 @@ class SAC(ContinuousActorCritic):
             critic_loss = 0.5 * (
                 bk.mean(bk.mse(q1[:, 0], target)) + bk.mean(bk.mse(q2[:, 0], target))
             )
+            penalty = self.critic_penalty(obs, next_obs, q1, q2)
+            if penalty is not None:
+                critic_loss = critic_loss + penalty
         bk.update(self.critic_opt, critic_loss)
         with bk.autocast(), bk.frozen(self.critics):
             q1_pi, q2_pi = self.critics(bk.concat([obs, pi_actions]))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as md
 import secrets
 import subprocess
@@ -80,10 +81,52 @@ def test_backend_conforms(harness_backend: Any) -> None:
     check_backend(harness_backend)
 
 
+def conformance_config(spec: AlgorithmSpec, kind: str, directory: Any) -> Any:
+    """None (the defaults) for an online algorithm. An offline one learns from a dataset: a
+    small real Minari dataset of random transitions in the check's spaces, and small networks
+    updated a few times per learn() (the check calls learn() every rollout_len = updates per
+    iteration synthetic steps)."""
+    from harness_algos.offline import OfflineConfig
+
+    if not issubclass(spec.config_cls, OfflineConfig):
+        return None
+    pytest.importorskip("minari", reason="offline algorithms read Minari datasets")
+    from harness_offline.testing import random_dataset
+
+    dataset = random_dataset(directory / f"{kind}-random-v0", INFOS[kind])
+    small = {"hidden": [16, 16], "vae_hidden": [16, 16], "batch_size": 32, "cql_samples": 3}
+    names = {f.name for f in dataclasses.fields(spec.config_cls)}
+    options = {k: v for k, v in small.items() if k in names}
+    return spec.config_cls(dataset=str(dataset), updates_per_iteration=4, **options)
+
+
 @pytest.mark.parametrize(("name", "kind"), algorithm_cases())
-def test_first_party_algorithm_conforms(name: str, kind: str, harness_backend: Any) -> None:
+def test_first_party_algorithm_conforms(
+    name: str, kind: str, harness_backend: Any, tmp_path: Any
+) -> None:
     """Every algorithm on every installed backend (one algorithm file, two frameworks)."""
-    check_algorithm(first_party()[1].algorithms.get(name), harness_backend, INFOS[kind])
+    spec = first_party()[1].algorithms.get(name)
+    config = conformance_config(spec, kind, tmp_path)
+    check_algorithm(spec, harness_backend, INFOS[kind], config=config)
+
+
+@pytest.mark.parametrize("name", ["cql", "cql-discrete"])
+def test_offline_penalty_is_on_by_default_and_off_at_zero(name: str, tmp_path: Any) -> None:
+    """The conservative penalty really enters the update (losses/cql_gap reported), and
+    cql_alpha = 0 leaves the plain off-policy update (no gap computed)."""
+    from harness.pytest_plugin import cpu_backend
+
+    spec = first_party()[1].algorithms.get(name)
+    kind = spec.action_spaces[0]
+    base = conformance_config(spec, kind, tmp_path)
+    for alpha, has_gap in ((1.0, True), (0.0, False)):
+        config = dataclasses.replace(base, cql_alpha=alpha)
+        backend = cpu_backend(first_party()[1], "torch")
+        agent = spec.make_agent(INFOS[kind], backend, config, seed=0, total_steps=100)
+        agent.load_data()
+        metrics = agent.learn()
+        assert ("losses/cql_gap" in metrics) == has_gap, metrics
+        assert agent.updates == 4
 
 
 # ------------------------------------------------------------------------------------------
