@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -47,17 +47,35 @@ class SpaceInfo:
 
 @dataclass(frozen=True)
 class EnvInfo:
-    """What an agent is told about its environment."""
+    """What an agent is told about its environment.
+
+    A multi-agent env (PettingZoo through an env plugin) also names its ``agents`` (every agent
+    that can appear, in a fixed order) and each one's spaces in ``observations`` / ``actions``;
+    ``observation`` / ``action`` are then the first agent's. Its observations, actions and
+    rewards travel as agent-keyed dicts of arrays (see :class:`Transition`)."""
 
     env_id: str
     observation: SpaceInfo
     action: SpaceInfo
     num_envs: int
+    agents: tuple[str, ...] = ()
+    observations: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    actions: Mapping[str, SpaceInfo] = field(default_factory=dict)
+
+    @property
+    def multi_agent(self) -> bool:
+        return bool(self.agents)
 
 
 class Transition(NamedTuple):
     """One vector step. ``next_obs`` holds the true final observation where an episode ended
-    (not the reset observation), so truncated episodes can be bootstrapped."""
+    (not the reset observation), so truncated episodes can be bootstrapped.
+
+    In a multi-agent env (:attr:`EnvInfo.multi_agent`) ``obs``, ``actions``, ``rewards`` and
+    ``next_obs`` are dicts keyed by agent name (every agent of :attr:`EnvInfo.agents`, each an
+    array with the envs on the first axis), while ``terminated`` / ``truncated`` are per env:
+    an episode ends for all its agents at once (an agent that leaves early gets zero
+    observations and rewards until then). ``extras`` stays a flat dict of arrays."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -140,6 +158,12 @@ class Backend(Protocol):
         ``scale`` inside, then unpadded ReLU convolutions (``channels``, ``kernels``,
         ``strides``), flattened, and a ReLU linear layer of ``out_dim`` features; orthogonal
         init with gain sqrt(2). The defaults are the Nature-DQN trunk (Mnih et al. 2015)."""
+        ...
+
+    def gru(self, in_dim: int, hidden_dim: int) -> Any:
+        """A GRU cell (recurrent agent networks, QMIX): calling it on ``(x, h)`` with ``x``
+        ``(B, in_dim)`` and ``h`` ``(B, hidden_dim)`` returns the next hidden state ``(B,
+        hidden_dim)``. Its parameters optimise, save and copy like a :meth:`mlp`'s."""
         ...
 
     def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
@@ -399,6 +423,35 @@ class Agent(abc.ABC):
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         self.algorithm.set_policy_weights(weights)
+
+
+Obs = Any
+"""An observation batch: an array with the envs on the first axis, or (multi-agent) a dict of
+them keyed by agent name."""
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """``fn`` applied to an array, or to each array of an agent-keyed dict (the same keys in
+    ``rest``): one code path for single- and multi-agent batches."""
+    if isinstance(tree, Mapping):
+        return {key: fn(value, *(r[key] for r in rest)) for key, value in tree.items()}
+    return fn(tree, *rest)
+
+
+def team_reward(rewards: Any) -> np.ndarray:
+    """Per-env rewards as one array: a multi-agent env's agent-keyed rewards summed over the
+    agents (the team's return is what the runner reports as ``charts/episodic_return``; the
+    env reports each agent's own as an episode metric)."""
+    if isinstance(rewards, Mapping):
+        return np.asarray(np.sum([np.asarray(r, np.float64) for r in rewards.values()], axis=0))
+    return np.asarray(rewards)
+
+
+def batch_size(obs: Any) -> int:
+    """The number of envs (rows) of an observation batch, single- or multi-agent."""
+    if isinstance(obs, Mapping):
+        return len(next(iter(obs.values())))
+    return len(obs)
 
 
 def schedule_value(start: float, end: float, progress: float, span: float = 1.0) -> float:

@@ -102,6 +102,12 @@ class RunConfig:
     (``farm/policy_lag_max`` reports it)."""
     actor_memory_mb: int = 0
     """Address-space limit per actor process in MiB; 0 means no limit."""
+    init_from: str = ""
+    """A checkpoint (or a run directory: its newest) whose networks and optimisers this run
+    starts from, on the same env and backend; counters, replay and schedules start fresh. It
+    may come from another algorithm that shares the networks: pretrain offline with ``cql`` on
+    recorded demonstrations, then fine-tune online with ``sac`` (docs/offline.md). Ignored by
+    --resume, which restores everything."""
 
 
 @dataclass

@@ -19,8 +19,9 @@ from harness.errors import PluginError, did_you_mean
 class AlgorithmSpec:
     """An algorithm: ``make_agent(env_info, backend, config) -> Agent``.
 
-    ``action_spaces`` lists the action-space kinds it supports ("discrete", "box") so an
-    incompatible pairing is refused at start-up, before any training. ``backends`` names the
+    ``action_spaces`` lists the action-space kinds it supports ("discrete", "box"; for a
+    multi-agent algorithm, every agent's) so an incompatible pairing is refused at start-up,
+    before any training. ``backends`` names the
     backends it runs on when it needs framework code of its own; empty (the default) means
     every backend, as for an algorithm written against :class:`harness.api.Backend` only.
     """
@@ -32,6 +33,10 @@ class AlgorithmSpec:
     description: str = ""
     plugin: str = ""
     backends: tuple[str, ...] = ()
+    agents: str = "single"
+    """Which envs it takes: "single" (gymnasium, arrays), "multi" (multi-agent envs,
+    agent-keyed dicts; see docs/multiagent.md) or "any" (both, e.g. the random policy). A
+    mismatch is refused at start-up."""
 
 
 @dataclass(frozen=True)

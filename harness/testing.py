@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from harness.api import Distribution, EnvInfo, SpaceInfo, Transition
+from harness.api import Distribution, EnvInfo, SpaceInfo, Transition, batch_size
 from harness.registry import AlgorithmSpec, EnvSpec, TransportSpec
 from harness.runtime.spaces import env_info as read_env_info
 
@@ -63,7 +63,18 @@ def _check(condition: bool, who: str, what: str) -> None:
 def _close(
     who: str, what: str, actual: Any, expected: Any, *, rtol: float = 1e-5, atol: float = 1e-5
 ) -> None:
-    """``actual`` (array-like) equals ``expected`` within tolerance, shape included."""
+    """``actual`` (array-like, or an agent-keyed dict of them) equals ``expected`` within
+    tolerance, shape included."""
+    if isinstance(expected, Mapping):
+        _check(
+            isinstance(actual, Mapping) and set(actual) == set(expected),
+            who,
+            f"{what}: agents {sorted(actual) if isinstance(actual, Mapping) else actual!r}, "
+            f"expected {sorted(expected)}",
+        )
+        for key in expected:
+            _close(who, f"{what} [{key}]", actual[key], expected[key], rtol=rtol, atol=atol)
+        return
     a = np.asarray(actual)
     e = np.asarray(expected)
     _check(a.shape == e.shape, who, f"{what}: shape {a.shape}, expected {e.shape}")
@@ -114,6 +125,45 @@ def random_observations(info: SpaceInfo, batch: int, rng: np.random.Generator) -
     return x.astype(info.dtype)
 
 
+def _obs_batch(info: EnvInfo, batch: int, rng: np.random.Generator) -> Any:
+    """Random observations for ``batch`` envs: an array, or one per agent (multi-agent)."""
+    if info.multi_agent:
+        return {a: random_observations(info.observations[a], batch, rng) for a in info.agents}
+    return random_observations(info.observation, batch, rng)
+
+
+def _action_batch(info: EnvInfo, batch: int, rng: np.random.Generator) -> Any:
+    """Valid random actions for ``batch`` envs: an array, or one per agent (multi-agent)."""
+    if info.multi_agent:
+        return {a: random_actions(info.actions[a], batch, rng) for a in info.agents}
+    return random_actions(info.action, batch, rng)
+
+
+def _agent_spaces(info: EnvInfo, which: str) -> dict[str, SpaceInfo]:
+    """``{agent: space}`` (``which`` = "observations" or "actions"); a single-agent env's one
+    space under the key ""."""
+    if info.multi_agent:
+        return dict(getattr(info, which))
+    return {"": info.observation if which == "observations" else info.action}
+
+
+def _per_agent(x: Any, info: EnvInfo, what: str, who: str) -> dict[str, Any]:
+    """``x`` split by agent like :func:`_agent_spaces` (a single-agent value under "")."""
+    if not info.multi_agent:
+        return {"": x}
+    _check(
+        isinstance(x, Mapping) and set(x) == set(info.agents),
+        who,
+        f"{what} must be a dict keyed by the env's agents {list(info.agents)}, got "
+        f"{sorted(x) if isinstance(x, Mapping) else type(x).__name__}",
+    )
+    return dict(x)
+
+
+def _named(what: str, agent: str) -> str:
+    return f"{what} of agent {agent!r}" if agent else what
+
+
 # ------------------------------------------------------------------------------------------
 # Environments
 
@@ -156,7 +206,7 @@ def check_env(
     try:
         info = _check_env_spaces(envs, env_id, num_envs, who)
         rng = np.random.default_rng(seed)
-        actions = [random_actions(info.action, num_envs, rng) for _ in range(steps)]
+        actions = [_action_batch(info, num_envs, rng) for _ in range(steps)]
         trajectory = _run_env(envs, info, actions, seed, who, strict=True)
     finally:
         envs.close()
@@ -177,7 +227,10 @@ def check_env(
 
 
 def _check_env_spaces(envs: Any, env_id: str, num_envs: int, who: str) -> EnvInfo:
-    for attr in ("single_observation_space", "single_action_space", "num_envs"):
+    attrs: tuple[str, ...] = ("single_observation_space", "single_action_space", "num_envs")
+    if hasattr(envs, "single_observation_spaces"):  # a multi-agent vector env
+        attrs = ("agents", "single_observation_spaces", "single_action_spaces", "num_envs")
+    for attr in attrs:
         _check(
             hasattr(envs, attr),
             who,
@@ -189,12 +242,6 @@ def _check_env_spaces(envs: Any, env_id: str, num_envs: int, who: str) -> EnvInf
     except Exception as exc:
         _fail(who, f"harness.runtime.spaces.env_info failed: {exc}")
     _check(info.num_envs == num_envs, who, f"num_envs is {info.num_envs}, asked for {num_envs}")
-    start = getattr(envs.single_action_space, "start", 0)
-    _check(
-        info.action.kind != "discrete" or int(start) == 0,
-        who,
-        f"the discrete action space starts at {start}; harness agents emit actions in [0, n)",
-    )
     return info
 
 
@@ -203,7 +250,7 @@ def _run_env(
 ) -> list[dict[str, np.ndarray]]:
     """Reset with ``seed`` and step through ``actions``, recording the trajectory; checks
     every return value when ``strict``."""
-    space = envs.single_observation_space
+    spaces = _obs_spaces(envs)
     result = envs.reset(seed=seed)
     _check(
         isinstance(result, tuple) and len(result) == 2,
@@ -212,9 +259,9 @@ def _run_env(
     )
     obs, infos = result
     if strict:
-        _check_obs_batch(obs, info, space, "reset", who)
+        _check_obs_batch(obs, info, spaces, "reset", who)
         _check(isinstance(infos, Mapping), who, f"reset returned infos of type {type(infos)}")
-    trajectory = [{"reset obs": np.array(obs, copy=True)}]
+    trajectory = [_flat_record({"reset obs": obs})]
     episodes_ended = 0
     for t, action in enumerate(actions):
         out = envs.step(action)
@@ -224,10 +271,10 @@ def _run_env(
             "step must return (obs, rewards, terminated, truncated, infos)",
         )
         if strict:
-            _check_step(out, info, space, f"step {t}", who)
+            _check_step(out, info, spaces, f"step {t}", who)
             episodes_ended += int(np.sum(out[2] | out[3]))
         names = ("obs", "rewards", "terminated", "truncated")
-        trajectory.append({k: np.array(x, copy=True) for k, x in zip(names, out, strict=False)})
+        trajectory.append(_flat_record(dict(zip(names, out, strict=False))))
     if strict:
         _check(
             episodes_ended > 0,
@@ -238,15 +285,38 @@ def _run_env(
     return trajectory
 
 
-def _check_obs_batch(obs: Any, info: EnvInfo, space: Any, where: str, who: str) -> None:
+def _obs_spaces(envs: Any) -> dict[str, Any]:
+    """The env's observation space(s) by agent ("" for a single-agent env)."""
+    spaces = getattr(envs, "single_observation_spaces", None)
+    return dict(spaces) if spaces is not None else {"": envs.single_observation_space}
+
+
+def _flat_record(values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Copies of a step's values, agent-keyed dicts flattened to ``name[agent]`` entries."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            out.update({f"{name}[{a}]": np.array(v, copy=True) for a, v in value.items()})
+        else:
+            out[name] = np.array(value, copy=True)
+    return out
+
+
+def _check_obs_batch(
+    obs: Any, info: EnvInfo, spaces: Mapping[str, Any], where: str, who: str
+) -> None:
     n = info.num_envs
-    _check(isinstance(obs, np.ndarray), who, f"{where}: obs is {type(obs).__name__}, not ndarray")
-    want = (n, *info.observation.shape)
-    _check(obs.shape == want, who, f"{where}: obs shape {obs.shape}, expected {want}")
-    dtype = np.dtype(info.observation.dtype)
-    _check(obs.dtype == dtype, who, f"{where}: obs dtype {obs.dtype}, expected {dtype}")
-    for i in range(n):
-        _check_in_space(obs[i], space, f"{where}: obs of env {i}", who)
+    by_agent = _per_agent(obs, info, f"{where}: obs", who)
+    for agent, expected in _agent_spaces(info, "observations").items():
+        x = by_agent[agent]
+        what = _named(f"{where}: obs", agent)
+        _check(isinstance(x, np.ndarray), who, f"{what} is {type(x).__name__}, not ndarray")
+        want = (n, *expected.shape)
+        _check(x.shape == want, who, f"{what} shape {x.shape}, expected {want}")
+        dtype = np.dtype(expected.dtype)
+        _check(x.dtype == dtype, who, f"{what} dtype {x.dtype}, expected {dtype}")
+        for i in range(n):
+            _check_in_space(x[i], spaces[agent], f"{what}, env {i}", who)
 
 
 def _check_in_space(x: Any, space: Any, what: str, who: str) -> None:
@@ -255,27 +325,36 @@ def _check_in_space(x: Any, space: Any, what: str, who: str) -> None:
         _check(bool(contains(x)), who, f"{what} is outside the observation space {space}")
 
 
-def _check_step(out: tuple[Any, ...], info: EnvInfo, space: Any, where: str, who: str) -> None:
+def _check_step(
+    out: tuple[Any, ...], info: EnvInfo, spaces: Mapping[str, Any], where: str, who: str
+) -> None:
     obs, rewards, terminated, truncated, infos = out
     n = info.num_envs
-    _check_obs_batch(obs, info, space, where, who)
-    for name, x, kinds in (
-        ("rewards", rewards, "fiu"),
-        ("terminated", terminated, "b"),
-        ("truncated", truncated, "b"),
-    ):
-        _check(isinstance(x, np.ndarray), who, f"{where}: {name} is {type(x).__name__}")
-        _check(x.shape == (n,), who, f"{where}: {name} shape {x.shape}, expected {(n,)}")
-        _check(x.dtype.kind in kinds, who, f"{where}: {name} has dtype {x.dtype}")
-    _check(bool(np.all(np.isfinite(rewards))), who, f"{where}: non-finite rewards {rewards}")
+    _check_obs_batch(obs, info, spaces, where, who)
+    checks = [
+        (_named(f"{where}: rewards", agent), x, "fiu")
+        for agent, x in _per_agent(rewards, info, f"{where}: rewards", who).items()
+    ]
+    checks += [(f"{where}: terminated", terminated, "b"), (f"{where}: truncated", truncated, "b")]
+    for what, x, kinds in checks:
+        _check(isinstance(x, np.ndarray), who, f"{what} is {type(x).__name__}")
+        _check(x.shape == (n,), who, f"{what} shape {x.shape}, expected {(n,)} (one per env)")
+        _check(x.dtype.kind in kinds, who, f"{what} has dtype {x.dtype}")
+        if what.startswith(f"{where}: rewards"):
+            _check(bool(np.all(np.isfinite(x))), who, f"{what}: non-finite rewards {x}")
     _check(isinstance(infos, Mapping), who, f"{where}: infos is {type(infos).__name__}")
     done = terminated | truncated
     if done.any():
-        _check_final_obs(infos, done, info, space, where, who)
+        _check_final_obs(infos, done, info, spaces, where, who)
 
 
 def _check_final_obs(
-    infos: Mapping[str, Any], done: np.ndarray, info: EnvInfo, space: Any, where: str, who: str
+    infos: Mapping[str, Any],
+    done: np.ndarray,
+    info: EnvInfo,
+    spaces: Mapping[str, Any],
+    where: str,
+    who: str,
 ) -> None:
     _check(
         "final_obs" in infos and "_final_obs" in infos,
@@ -290,11 +369,14 @@ def _check_final_obs(
         who,
         f"{where}: infos['_final_obs'] = {mask} does not match terminated | truncated = {done}",
     )
-    for i in np.flatnonzero(done):
-        final = np.asarray(infos["final_obs"][i])
-        want = info.observation.shape
-        _check(final.shape == want, who, f"{where}: final_obs[{i}] shape {final.shape} != {want}")
-        _check_in_space(final, space, f"{where}: final_obs[{i}]", who)
+    finals = _per_agent(infos["final_obs"], info, f"{where}: infos['final_obs']", who)
+    for agent, expected in _agent_spaces(info, "observations").items():
+        for i in np.flatnonzero(done):
+            final = np.asarray(finals[agent][i])
+            what = _named(f"{where}: final_obs[{i}]", agent)
+            want = expected.shape
+            _check(final.shape == want, who, f"{what} shape {final.shape} != {want}")
+            _check_in_space(final, spaces[agent], what, who)
 
 
 # ------------------------------------------------------------------------------------------
@@ -837,13 +919,22 @@ def check_algorithm(
     weights, ``predict`` and ``sample`` (RNG and counters included); and ``weights()`` /
     ``set_weights()`` carry the policy to a fresh agent.
     """
-    kind = env_info.action.kind
-    who = f"algorithm {spec.name!r}{_owner(spec.plugin)} on a {kind} action space"
+    kinds = sorted({a.kind for a in _agent_spaces(env_info, "actions").values()})
+    kind = "/".join(kinds)
+    where = "a multi-agent env" if env_info.multi_agent else "an env"
+    who = f"algorithm {spec.name!r}{_owner(spec.plugin)} on {where} with {kind} actions"
     _check(
-        kind in spec.action_spaces,
+        all(k in spec.action_spaces for k in kinds),
         who,
         f"the spec declares action_spaces={spec.action_spaces}; check it on an EnvInfo with one "
         f"of those",
+    )
+    agents = getattr(spec, "agents", "single")
+    _check(
+        agents == "any" or (agents == "multi") == env_info.multi_agent,
+        who,
+        f"the spec declares agents={agents!r}; check it on a "
+        f"{'multi' if agents == 'multi' else 'single'}-agent EnvInfo",
     )
     config = spec.config_cls() if config is None else config
 
@@ -863,8 +954,8 @@ def check_algorithm(
     rng = np.random.default_rng(seed)
     agent = make(seed)
     _feed(agent, env_info, steps, rng, who)
-    probe = random_observations(env_info.observation, env_info.num_envs, rng)
-    odd_batch = random_observations(env_info.observation, env_info.num_envs + 3, rng)
+    probe = _obs_batch(env_info, env_info.num_envs, rng)
+    odd_batch = _obs_batch(env_info, env_info.num_envs + 3, rng)
     _check_predict(agent, env_info, odd_batch, who)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "checkpoint"
@@ -909,9 +1000,12 @@ def check_algorithm(
     )
 
 
-def _samples(agent: Any, obs: np.ndarray, draws: int = 8) -> np.ndarray:
+def _samples(agent: Any, obs: Any, draws: int = 8) -> Any:
     """Several sample() calls in a row, so a lucky match of random actions is unlikely."""
-    return np.stack([agent.sample(obs)[0] for _ in range(draws)])
+    draws_ = [agent.sample(obs)[0] for _ in range(draws)]
+    if isinstance(draws_[0], Mapping):
+        return {a: np.stack([d[a] for d in draws_]) for a in draws_[0]}
+    return np.stack(draws_)
 
 
 def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: str) -> None:
@@ -922,19 +1016,21 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
     n = info.num_envs
     before = _snapshot(agent.weights())
     changed_at: int | None = None
-    obs = random_observations(info.observation, n, rng)
+    obs = _obs_batch(info, n, rng)
     vector_steps = max(1, steps // n)
     for t in range(vector_steps):
         actions, extras = _checked_sample(agent, obs, info, f"sample() at step {t}", who)
-        next_obs = random_observations(info.observation, n, rng)
+        next_obs = _obs_batch(info, n, rng)
         terminated = rng.random(n) < 0.05
         truncated = ~terminated & (rng.random(n) < 0.02)
-        rewards = rng.standard_normal(n)
+        rewards: Any = rng.standard_normal(n)
+        if info.multi_agent:
+            rewards = {a: rng.standard_normal(n) for a in info.agents}
         agent.observe(Transition(obs, actions, rewards, next_obs, terminated, truncated, extras))
         ended = getattr(agent, "episodes_ended", None)  # (optional outside harness.api.Agent)
         if ended is not None and (terminated | truncated).any():
             ended(terminated | truncated)
-        obs = random_observations(info.observation, n, rng)
+        obs = _obs_batch(info, n, rng)
         if (t + 1) % agent.rollout_len == 0:
             _check_metrics(agent.learn(), f"learn() after step {t}", who)
             if changed_at is not None:
@@ -953,12 +1049,12 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
 
 
 def _checked_sample(
-    agent: Any, obs: np.ndarray, info: EnvInfo, where: str, who: str
-) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
+    agent: Any, obs: Any, info: EnvInfo, where: str, who: str
+) -> tuple[Any, Mapping[str, np.ndarray]]:
     out = agent.sample(obs)
     _check(isinstance(out, tuple) and len(out) == 2, who, f"{where} must return (actions, extras)")
     actions, extras = out
-    n = len(obs)
+    n = batch_size(obs)
     _check_actions(actions, info, n, where, who, in_bounds=False)
     _check(isinstance(extras, Mapping), who, f"{where}: extras is {type(extras).__name__}")
     for key, value in extras.items():
@@ -991,7 +1087,16 @@ def _check_metrics(metrics: Any, where: str, who: str) -> None:
 def _check_actions(
     actions: Any, info: EnvInfo, batch: int, where: str, who: str, *, in_bounds: bool
 ) -> None:
-    space = info.action
+    by_agent = _per_agent(actions, info, f"{where}: actions", who)
+    for agent, space in _agent_spaces(info, "actions").items():
+        _check_agent_actions(
+            by_agent[agent], space, batch, _named(where, agent), who, in_bounds=in_bounds
+        )
+
+
+def _check_agent_actions(
+    actions: Any, space: SpaceInfo, batch: int, where: str, who: str, *, in_bounds: bool
+) -> None:
     _check(isinstance(actions, np.ndarray), who, f"{where} returned {type(actions).__name__}")
     if space.kind == "discrete":
         _check(
@@ -1017,12 +1122,11 @@ def _check_actions(
         _check(bool(inside), who, f"{where}: actions outside the box [{low}, {high}]")
 
 
-def _check_predict(agent: Any, info: EnvInfo, obs: np.ndarray, who: str) -> None:
+def _check_predict(agent: Any, info: EnvInfo, obs: Any, who: str) -> None:
     """predict() takes any batch size (evaluation uses its own env count) and is greedy."""
     first = agent.predict(obs)
-    _check_actions(
-        first, info, len(obs), f"predict() on {len(obs)} observations", who, in_bounds=True
-    )
+    n = batch_size(obs)
+    _check_actions(first, info, n, f"predict() on {n} observations", who, in_bounds=True)
     _close(
         who, "predict() twice on the same observations", agent.predict(obs), first, rtol=0, atol=0
     )

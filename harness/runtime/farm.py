@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.api import Agent, Transition
+from harness.api import Agent, Transition, tree_map
 from harness.config import Config
 from harness.cpus import cpu_share
 from harness.errors import HarnessError
@@ -310,23 +310,15 @@ class FarmCollector:
         """Observe a chunk as one batch of ``steps x envs`` rows in time order (an agent with
         independent transitions takes any number of rows); returns the row count."""
         finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
-        obs = chunk["obs"]
-        rows = int(obs.shape[0] * obs.shape[1])
+        done = chunk["terminated"]  # (steps, envs) in single- and multi-agent envs alike
+        rows = int(done.shape[0] * done.shape[1])
 
         def flat(a: np.ndarray) -> np.ndarray:
             return a.reshape(rows, *a.shape[2:])
 
-        run.agent.observe(
-            Transition(
-                flat(obs),
-                flat(chunk["actions"]),
-                flat(chunk["rewards"]),
-                flat(chunk["next_obs"]),
-                flat(chunk["terminated"]),
-                flat(chunk["truncated"]),
-                {key: flat(value) for key, value in chunk["extras"].items()},
-            )
-        )
+        fields = [tree_map(flat, chunk[name]) for name in _FIELDS]
+        extras = {key: flat(value) for key, value in chunk["extras"].items()}
+        run.agent.observe(Transition(*fields, extras))  # type: ignore[call-arg]
         run.step += rows
         self.received_steps += rows
         return rows
@@ -341,27 +333,30 @@ class FarmCollector:
         """Observe ``chunks`` side by side (their envs concatenated), step by step."""
         for chunk in chunks:
             finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
+
+        def side_by_side(*parts: np.ndarray) -> np.ndarray:
+            return np.concatenate(parts, axis=1)
+
         if len(chunks) == 1:
             joined = {name: chunks[0][name] for name in _FIELDS}
             extras = chunks[0]["extras"]
         else:
-            joined = {name: np.concatenate([c[name] for c in chunks], axis=1) for name in _FIELDS}
+            joined = {
+                name: tree_map(side_by_side, chunks[0][name], *(c[name] for c in chunks[1:]))
+                for name in _FIELDS
+            }
             extras = {
-                key: np.concatenate([c["extras"][key] for c in chunks], axis=1)
+                key: side_by_side(*(c["extras"][key] for c in chunks))
                 for key in chunks[0]["extras"]
             }
         for t in range(self.steps):
-            run.agent.observe(
-                Transition(
-                    joined["obs"][t],
-                    joined["actions"][t],
-                    joined["rewards"][t],
-                    joined["next_obs"][t],
-                    joined["terminated"][t],
-                    joined["truncated"][t],
-                    {key: value[t] for key, value in extras.items()},
-                )
-            )
+
+            def at(a: np.ndarray, t: int = t) -> Any:
+                return a[t]
+
+            fields = [tree_map(at, joined[name]) for name in _FIELDS]
+            step_extras = {key: value[t] for key, value in extras.items()}
+            run.agent.observe(Transition(*fields, step_extras))  # type: ignore[call-arg]
             run.step += width
         self.received_steps += self.steps * width
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from harness import __version__
-from harness.api import Agent, EnvInfo, Transition
+from harness.api import Agent, EnvInfo, Transition, team_reward, tree_map
 from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
 from harness.config import Config, RunConfig, write_resolved
 from harness.cpus import cpu_share
@@ -33,7 +33,7 @@ from harness.errors import (
     PluginError,
 )
 from harness.plugins import HarnessPluginManager
-from harness.registry import Registry
+from harness.registry import AlgorithmSpec, Registry
 from harness.runtime.spaces import env_info
 from harness.tracking import MetricsRouter, Tracker
 
@@ -189,15 +189,42 @@ def make_envs(config: Config, registry: Registry, num_envs: int, seed: int | Non
     )
 
 
+def check_algorithm_fits(spec: AlgorithmSpec, info: EnvInfo, registry: Registry) -> None:
+    """Refuse a single-agent algorithm on a multi-agent env (and the reverse) or one that does
+    not support the env's action space(s), naming both and the algorithms that fit."""
+    kinds = sorted(
+        {a.kind for a in info.actions.values()} if info.multi_agent else {info.action.kind}
+    )
+
+    def fits(s: AlgorithmSpec) -> bool:
+        agents_ok = s.agents == "any" or (s.agents == "multi") == info.multi_agent
+        return agents_ok and all(k in s.action_spaces for k in kinds)
+
+    if fits(spec):
+        return
+    others = ", ".join(sorted(n for n, s in registry.algorithms.items() if fits(s)))
+    others = others or "none installed"
+    if spec.agents != "any" and (spec.agents == "multi") != info.multi_agent:
+        if info.multi_agent:
+            what = (
+                f"Algorithm {spec.name!r} is single-agent, but {info.env_id!r} is a multi-agent "
+                f"env (agents: {', '.join(info.agents)})"
+            )
+        else:
+            what = (
+                f"Algorithm {spec.name!r} is multi-agent, but {info.env_id!r} is a single-agent env"
+            )
+        raise IncompatibleError(f"{what}. Algorithms that fit: {others}.")
+    raise IncompatibleError(
+        f"Algorithm {spec.name!r} does not support the {'/'.join(kinds)} action space of "
+        f"{info.env_id!r} (it supports: {', '.join(spec.action_spaces)}). Algorithms that "
+        f"fit: {others}."
+    )
+
+
 def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
     spec = registry.algorithms.get(config.run.algo)
-    if info.action.kind not in spec.action_spaces:
-        fits = [n for n, s in registry.algorithms.items() if info.action.kind in s.action_spaces]
-        raise IncompatibleError(
-            f"Algorithm {spec.name!r} does not support the {info.action.kind} action space of "
-            f"{info.env_id!r} (it supports: {', '.join(spec.action_spaces)}). Algorithms that "
-            f"fit: {', '.join(sorted(fits)) or 'none installed'}."
-        )
+    check_algorithm_fits(spec, info, registry)
     check_backend_supported(registry, config.run.algo, config.run.backend)
     backend_spec = registry.backends.get(config.run.backend)
     backend = backend_spec.load(config.backend)
@@ -302,6 +329,8 @@ def build_run(
     }
     write_resolved(config, run_dir, {"harness": __version__, "plugins": plugins})
     start = 0
+    if ckpt is None and config.run.init_from:
+        init_agent_from(agent, config.run, Path(config.run.init_from))
     if ckpt is not None:
         agent.restore(ckpt)
         start = int(json.loads((ckpt / RUNNER_STATE).read_text())["step"])
@@ -311,6 +340,34 @@ def build_run(
         _load_runner_state(run, ckpt)
         log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
     return run
+
+
+def init_agent_from(agent: Agent, run: RunConfig, source: Path) -> Path:
+    """Load the networks and optimisers of ``source``'s newest checkpoint into ``agent``
+    (``run.init_from``); returns that checkpoint. The algorithm may differ (``cql`` into
+    ``sac``), the env and backend may not."""
+    ckpt = latest_checkpoint(source)
+    meta = read_meta(ckpt)
+    for key in ("env", "backend"):
+        have, want = meta.get(key), getattr(run, key)
+        if have != want:
+            raise CheckpointError(
+                f"run.init_from = {str(source)!r}: checkpoint {ckpt} was written for {key} "
+                f"{have!r}, this run is on {key} {want!r}; start from a checkpoint of the same "
+                f"{key}."
+            )
+    payload = agent.backend.load(ckpt / f"agent.{agent.backend.name}")
+    try:
+        agent.algorithm.load_state(payload["algorithm"])
+    except Exception as exc:
+        raise CheckpointError(
+            f"run.init_from = {str(source)!r}: the networks of checkpoint {ckpt} (algorithm "
+            f"{meta.get('algo')!r}) do not fit algorithm {run.algo!r} "
+            f"({type(exc).__name__}: {exc}). Use a checkpoint of an algorithm with the same "
+            f"networks and sizes (e.g. cql -> sac with the same actor/critic hidden sizes)."
+        ) from exc
+    log.info("networks initialised from %s (algorithm %s)", ckpt, meta.get("algo"))
+    return ckpt
 
 
 def check_compatible(meta: Mapping[str, Any], run: RunConfig, ckpt: Path) -> None:
@@ -381,7 +438,7 @@ class EnvStepper:
         self.envs = envs
         self.n = envs.num_envs
         self.obs, _ = envs.reset(seed=seed)
-        self.ep_return = np.zeros(self.n)
+        self.ep_return = np.zeros(self.n)  # a multi-agent env's: the team's (sum over agents)
         self.ep_length = np.zeros(self.n, dtype=np.int64)
 
     def step(self, agent: Agent, finished: list[Episode]) -> Transition:
@@ -392,15 +449,14 @@ class EnvStepper:
         actions, extras = agent.sample(obs)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
         real_next = next_obs
-        self.ep_return += rewards
+        self.ep_return += team_reward(rewards)
         self.ep_length += 1
         # SAME_STEP autoreset: "_final_obs" is in the infos exactly when an episode ended
         # (harness.testing.check_env holds every env plugin to it)
         final_mask = infos.get("_final_obs")
         if final_mask is not None:
-            real_next = next_obs.copy()
-            for i in np.flatnonzero(final_mask):
-                real_next[i] = infos["final_obs"][i]
+            real_next = tree_map(np.copy, next_obs)
+            _put_final_obs(real_next, infos, final_mask)
             done = terminated | truncated
             for i in np.flatnonzero(done):
                 finished.append(
@@ -438,31 +494,32 @@ class EnvStepper:
                     ("terminated", terminated),
                     ("truncated", truncated),
                 ):
-                    value = np.asarray(value)
-                    bufs[name] = np.empty((steps, *value.shape), value.dtype)
+                    bufs[name] = tree_map(_time_major(steps), value)
                 for key, value in extras.items():
-                    value = np.asarray(value)
-                    extra_bufs[key] = np.empty((steps, *value.shape), value.dtype)
-            bufs["obs"][t] = obs
-            bufs["actions"][t] = actions
-            bufs["rewards"][t] = rewards
-            bufs["next_obs"][t] = next_obs
-            bufs["terminated"][t] = terminated
-            bufs["truncated"][t] = truncated
+                    extra_bufs[key] = _time_major(steps)(value)
+            for name, value in (
+                ("obs", obs),
+                ("actions", actions),
+                ("rewards", rewards),
+                ("next_obs", next_obs),
+                ("terminated", terminated),
+                ("truncated", truncated),
+            ):
+                tree_map(_setter(t), bufs[name], value)
             for key, value in extras.items():
                 extra_bufs[key][t] = value
             final_mask = infos.get("_final_obs")  # SAME_STEP autoreset, as in step()
             if final_mask is not None:
                 any_done = True
+                _put_final_obs(tree_map(_getter(t), bufs["next_obs"]), infos, final_mask)
                 for i in np.flatnonzero(final_mask):
-                    bufs["next_obs"][t, i] = infos["final_obs"][i]
                     metrics = episode_metrics(infos, int(i))
                     if metrics:
                         ended[t, int(i)] = metrics
                 agent.episodes_ended(terminated | truncated)
             self.obs = next_obs
         done = bufs["terminated"] | bufs["truncated"]
-        self._account(bufs["rewards"], done, any_done, finished, ended)
+        self._account(team_reward(bufs["rewards"]), done, any_done, finished, ended)
         chunk: dict[str, Any] = dict(bufs)
         chunk["extras"] = extra_bufs
         return chunk
@@ -494,6 +551,39 @@ class EnvStepper:
         cols = np.arange(self.n)
         self.ep_return += cum[-1] - np.where(last >= 0, cum[last, cols], 0.0)
         self.ep_length += steps - 1 - last
+
+
+def _time_major(steps: int) -> Any:
+    def empty(value: Any) -> np.ndarray:
+        value = np.asarray(value)
+        return np.empty((steps, *value.shape), value.dtype)
+
+    return empty
+
+
+def _setter(t: int) -> Any:
+    def put(buf: np.ndarray, value: Any) -> None:
+        buf[t] = value
+
+    return put
+
+
+def _getter(t: int) -> Any:
+    return lambda buf: buf[t]  # a view: writing into it writes the buffer
+
+
+def _put_final_obs(next_obs: Any, infos: Mapping[str, Any], mask: np.ndarray) -> None:
+    """Write the true final observations of the envs in ``mask`` into ``next_obs`` (in place):
+    gymnasium keeps one per env in ``infos["final_obs"]``; a multi-agent env an agent-keyed
+    dict of arrays shaped like its observations (rows outside ``mask`` unused)."""
+    final = infos["final_obs"]
+    rows = np.flatnonzero(mask)
+    if isinstance(next_obs, Mapping):
+        for agent, value in next_obs.items():
+            value[rows] = final[agent][rows]
+        return
+    for i in rows:
+        next_obs[i] = final[i]
 
 
 class SerialCollector:
@@ -679,7 +769,7 @@ def evaluate(
         result = EvalResult([], [])
         while (quota > 0).any():
             obs, rewards, terminated, truncated, infos = envs.step(agent.predict(obs))
-            ret += rewards
+            ret += team_reward(rewards)
             length += 1
             for i in np.flatnonzero(terminated | truncated):
                 if quota[i] > 0:

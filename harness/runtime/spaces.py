@@ -34,9 +34,26 @@ def space_info(space: Any) -> SpaceInfo:
 
 
 def env_info(env_id: str, envs: Any) -> EnvInfo:
+    """What an agent is told about ``envs``: a gymnasium vector env, or a multi-agent vector
+    env (one with ``agents`` and per-agent ``single_observation_spaces`` /
+    ``single_action_spaces`` dicts; see docs/multiagent.md)."""
+    spaces = getattr(envs, "single_observation_spaces", None)
+    if spaces is None:
+        return EnvInfo(
+            env_id=env_id,
+            observation=space_info(envs.single_observation_space),
+            action=space_info(envs.single_action_space),
+            num_envs=int(envs.num_envs),
+        )
+    agents = tuple(envs.agents)
+    observations = {a: space_info(spaces[a]) for a in agents}
+    actions = {a: space_info(envs.single_action_spaces[a]) for a in agents}
     return EnvInfo(
         env_id=env_id,
-        observation=space_info(envs.single_observation_space),
-        action=space_info(envs.single_action_space),
+        observation=observations[agents[0]],
+        action=actions[agents[0]],
         num_envs=int(envs.num_envs),
+        agents=agents,
+        observations=observations,
+        actions=actions,
     )

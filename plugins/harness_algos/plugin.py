@@ -116,5 +116,6 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=random_policy.RandomConfig,
             action_spaces=("discrete", "box"),
             description="uniformly random actions, no learning (floor and overhead baseline)",
+            agents="any",
         ),
     ]

@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
+from harness.api import (
+    Agent,
+    Algorithm,
+    Backend,
+    EnvInfo,
+    Obs,
+    SpaceInfo,
+    Transition,
+    batch_size,
+)
 
 
 @dataclass
@@ -49,6 +58,8 @@ class RandomPolicy(Algorithm):
 
 
 class RandomAgent(Agent):
+    """Uniform actions; in a multi-agent env, each agent's from its own action space."""
+
     algorithm: RandomPolicy
     independent_transitions = True  # observe only counts steps
 
@@ -58,29 +69,44 @@ class RandomAgent(Agent):
         super().__init__(algorithm, info, config, seed=seed)
         self.name = "random"
         self.rollout_len = config.rollout_len
-        self.action = info.action
         self.n = info.num_envs
-        if info.action.kind == "box":
-            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
-            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
+        self.spaces: dict[str, SpaceInfo] = dict(info.actions) or {"": info.action}
+        self.bounds = {
+            name: (
+                np.asarray(space.low, np.float32).reshape(space.shape),
+                np.asarray(space.high, np.float32).reshape(space.shape),
+            )
+            for name, space in self.spaces.items()
+            if space.kind == "box"
+        }
 
-    def _random(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        if self.action.kind == "discrete":
+    def _one(self, name: str, count: int, rng: np.random.Generator) -> np.ndarray:
+        space = self.spaces[name]
+        if space.kind == "discrete":
             # floor(u * n) with u in [0, 1): uniform over 0..n-1, 2-3x cheaper than integers()
-            return (rng.random(count) * self.action.n).astype(np.int64)
-        u = rng.random((count, *self.action.shape), dtype=np.float32)
-        return self.low + u * (self.high - self.low)
+            return (rng.random(count) * space.n).astype(np.int64)
+        low, high = self.bounds[name]
+        u = rng.random((count, *space.shape), dtype=np.float32)
+        return low + u * (high - low)
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return self._random(len(obs), self.rng), {}
+    def _random(self, count: int, rng: np.random.Generator) -> Any:
+        if self.env_info.multi_agent:
+            return {name: self._one(name, count, rng) for name in self.spaces}
+        return self._one("", count, rng)
 
-    def predict(self, obs: np.ndarray) -> np.ndarray:
+    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
+        return self._random(batch_size(obs), self.rng), {}
+
+    def predict(self, obs: Obs) -> Any:
         # deterministic like every predict(): random, but a fixed function of the observations
-        seed = zlib.crc32(np.ascontiguousarray(obs).tobytes())
-        return self._random(len(obs), np.random.default_rng(seed))
+        parts = obs.values() if isinstance(obs, Mapping) else [obs]
+        seed = 0
+        for part in parts:
+            seed = zlib.crc32(np.ascontiguousarray(part).tobytes(), seed)
+        return self._random(batch_size(obs), np.random.default_rng(seed))
 
     def observe(self, transition: Transition) -> None:
-        self.env_steps += len(transition.obs)
+        self.env_steps += len(transition.terminated)
 
     def learn(self) -> dict[str, float]:
         return {}

@@ -45,6 +45,33 @@ BOX = EnvInfo(
 INFOS = {"discrete": DISCRETE, "box": BOX}
 
 
+def multi_agent_info(kind: str) -> EnvInfo:
+    """A multi-agent EnvInfo shaped like mpe2's simple_adversary: agents with different
+    observation sizes (8 and 10), so an agent that assumes one shared size fails."""
+    obs = {
+        "adversary_0": SpaceInfo("box", (8,), "float32"),
+        "agent_0": SpaceInfo("box", (10,), "float32"),
+        "agent_1": SpaceInfo("box", (10,), "float32"),
+    }
+    action = (
+        SpaceInfo("discrete", (), "int64", n=5)
+        if kind == "discrete"
+        else SpaceInfo("box", (5,), "float32", low=(0.0,) * 5, high=(1.0,) * 5)
+    )
+    return EnvInfo(
+        f"multi-agent-{kind}-test",
+        obs["adversary_0"],
+        action,
+        num_envs=2,
+        agents=tuple(obs),
+        observations=obs,
+        actions=dict.fromkeys(obs, action),
+    )
+
+
+MULTI_INFOS = {kind: multi_agent_info(kind) for kind in ("discrete", "box")}
+
+
 @cache
 def first_party() -> tuple[HarnessPluginManager, Registry]:
     """Every plugin the harness distribution itself declares, and nothing else installed."""
@@ -56,10 +83,23 @@ def first_party() -> tuple[HarnessPluginManager, Registry]:
 
 
 def algorithm_cases() -> list[tuple[str, str]]:
+    """(algorithm, case) for every algorithm and action space it supports; a case is the
+    action kind, prefixed with "multi-" for a multi-agent env."""
     _, registry = first_party()
-    return [
-        (name, kind) for name, spec in registry.algorithms.items() for kind in spec.action_spaces
-    ]
+    cases = []
+    for name, spec in registry.algorithms.items():
+        for kind in spec.action_spaces:
+            if spec.agents in ("single", "any"):
+                cases.append((name, kind))
+            if spec.agents in ("multi", "any"):
+                cases.append((name, f"multi-{kind}"))
+    return cases
+
+
+def case_info(case: str) -> EnvInfo:
+    if case.startswith("multi-"):
+        return MULTI_INFOS[case.removeprefix("multi-")]
+    return INFOS[case]
 
 
 def test_first_party_plugins_load() -> None:
@@ -107,7 +147,7 @@ def test_first_party_algorithm_conforms(
     """Every algorithm on every installed backend (one algorithm file, two frameworks)."""
     spec = first_party()[1].algorithms.get(name)
     config = conformance_config(spec, kind, tmp_path)
-    check_algorithm(spec, harness_backend, INFOS[kind], config=config)
+    check_algorithm(spec, harness_backend, case_info(kind), config=config)
 
 
 @pytest.mark.parametrize("name", ["cql", "cql-discrete"])
@@ -323,6 +363,56 @@ def test_check_algorithm_fails_when_learning_does_not_change_weights(torch_backe
 def test_check_algorithm_refuses_an_unsupported_action_space(torch_backend: Any) -> None:
     with pytest.raises(AssertionError, match="action_spaces"):
         check_algorithm(first_party()[1].algorithms.get("dqn"), torch_backend, BOX)
+
+
+def test_check_algorithm_refuses_a_single_agent_algorithm_on_a_multi_agent_env(
+    torch_backend: Any,
+) -> None:
+    with pytest.raises(AssertionError, match="agents='single'"):
+        check_algorithm(
+            first_party()[1].algorithms.get("ppo"), torch_backend, MULTI_INFOS["discrete"]
+        )
+
+
+def broken_random(**overrides: Callable[..., Any]) -> AlgorithmSpec:
+    """The multi-agent-capable random policy with some agent methods replaced."""
+    real = first_party()[1].algorithms.get("random")
+
+    def make_agent(*args: Any, **kwargs: Any) -> Any:
+        return AgentProxy(real.make_agent(*args, **kwargs), **overrides)
+
+    return AlgorithmSpec("broken_random", make_agent, real.config_cls, agents="any")
+
+
+def drop_agent(agent: Any, obs: Any) -> Any:
+    actions, extras = agent.sample(obs)
+    return {k: v for k, v in actions.items() if k != "agent_1"}, extras
+
+
+def stacked_actions(agent: Any, obs: Any) -> Any:
+    return np.stack(list(agent.predict(obs).values()), axis=1)
+
+
+def wrong_agent_space(agent: Any, obs: Any) -> Any:
+    actions = agent.predict(obs)
+    return {**actions, "adversary_0": actions["adversary_0"] + 5}  # valid for n=10, not n=5
+
+
+BROKEN_MULTI_AGENTS: dict[str, tuple[AlgorithmSpec, str]] = {
+    "an agent missing": (broken_random(sample=drop_agent), "dict keyed by the env's agents"),
+    "actions not per agent": (broken_random(predict=stacked_actions), "dict keyed by"),
+    "out of one agent's space": (
+        broken_random(predict=wrong_agent_space),
+        r"of agent 'adversary_0'.*outside \[0, 5\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_MULTI_AGENTS)
+def test_check_algorithm_fails_on_broken_multi_agent_agent(case: str, torch_backend: Any) -> None:
+    spec, message = BROKEN_MULTI_AGENTS[case]
+    with pytest.raises(AssertionError, match=message):
+        check_algorithm(spec, torch_backend, MULTI_INFOS["discrete"], steps=256)
 
 
 class Connection:

@@ -326,3 +326,67 @@ def test_offline_run_counts_updates_resumes_and_evaluates_without_its_dataset(
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "cql on Pendulum-v1" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------
+# Pretrain offline, fine-tune online (run.init_from)
+
+
+def test_sac_fine_tunes_from_a_cql_checkpoint(pendulum_data: PendulumData, tmp_path: Path) -> None:
+    """`run.init_from` starts an online SAC run from an offline CQL checkpoint: the new agent
+    acts exactly like the pretrained one before its first update (same greedy actions, same
+    evaluation), then trains online on the env from there. A checkpoint of another env, or of an
+    algorithm whose networks differ, is refused naming the checkpoint."""
+    from harness.errors import CheckpointError
+    from harness.runtime.run import build_run
+
+    cql_config, registry, cql_run = train(
+        PENDULUM,
+        tmp_path / "cql",
+        [
+            "algo=cql",
+            *OFFLINE_CI["cql"],
+            f"algo.dataset=['{pendulum_data.medium}', '{pendulum_data.random}']",
+            "algo.updates_per_iteration=250",
+            "total_steps=1000",
+            "eval_every=0",
+            "eval_episodes=1",
+            "seed=4",
+        ],
+    )
+    pretrained = load_agent(cql_config, registry, latest_checkpoint(cql_run))
+    registry, pm = registry_and_pm()
+    common = [f"out='{tmp_path / 'sac'}'", "trackers=['csv']", "progress=false"]
+    sac_set = ["algo.hidden=[64, 64]", "algo.learning_rate=1e-3", "algo.batch_size=128"]
+
+    def sac_config(*extra: str) -> Any:
+        return resolve(layer(PENDULUM, [], [*common, *sac_set, *extra], environ={}), registry)
+
+    run = build_run(sac_config(f"init_from='{cql_run}'", "seed=5"), registry, pm)
+    try:
+        assert run.agent.name == "sac"
+        obs = np.random.default_rng(0).uniform(-1, 1, size=(64, 3)).astype(np.float32)
+        np.testing.assert_allclose(run.agent.predict(obs), pretrained.predict(obs), atol=1e-6)
+        started = evaluate(run.agent, run.config, registry, 5, seed=99)
+        reference = evaluate(pretrained, cql_config, registry, 5, seed=99)
+        assert started.returns == pytest.approx(reference.returns, abs=1e-3)
+    finally:
+        run.router.close()
+        run.envs.close()
+
+    # the fine-tuning run itself: online SAC from the pretrained networks
+    from harness.runtime import train as run_training
+
+    result = run_training(
+        sac_config(f"init_from='{cql_run}'", "total_steps=600", "algo.learning_starts=200"),
+        registry,
+        pm,
+    )
+    assert result.steps == 600 and result.checkpoint is not None
+
+    cartpole_run = train(CARTPOLE, tmp_path / "ppo", ["total_steps=256", "eval_episodes=1"])[2]
+    with pytest.raises(CheckpointError, match="written for env 'CartPole-v1'"):
+        build_run(sac_config(f"init_from='{cartpole_run}'"), registry, pm)
+    td3 = sac_config("algo=td3", f"init_from='{cql_run}'")
+    with pytest.raises(CheckpointError, match=r"algorithm 'cql'\) do not fit algorithm 'td3'"):
+        build_run(td3, registry, pm)
