@@ -97,3 +97,54 @@ def test_episode_metrics_reach_the_finished_list(mode: str) -> None:
     for ep_return, length, metrics in finished:
         assert metrics == {"double": pytest.approx(2 * ep_return), "steps": float(length)}
     assert {length for _, length, _ in finished} == {7, 10, 13}
+
+
+def test_multi_agent_rollout_matches_step_by_step() -> None:
+    """A multi-agent env's agent-keyed observations, actions and rewards go through both
+    stepping paths alike: the rollout's time-major dicts equal the steps stacked, the true final
+    observations replace the reset ones where episodes ended, and the team return (sum over
+    agents) of every finished episode equals its per-agent returns' sum."""
+    pytest.importorskip("mpe2", reason="pip install 'harness[multiagent]'")
+    from harness_pettingzoo.plugin import PettingZooConfig
+    from harness_pettingzoo.plugin import make_env as make_ma_env
+
+    def stepper_and_agent() -> tuple[EnvStepper, Any]:
+        options = PettingZooConfig(max_cycles=9)
+        envs = make_ma_env("mpe2/simple_adversary_v3", num_envs=2, seed=None, options=options)
+        info = env_info("mpe2/simple_adversary_v3", envs)
+        assert info.agents == ("adversary_0", "agent_0", "agent_1")
+        agent = make_agent(info, None, RandomConfig(), seed=3)  # type: ignore[arg-type]
+        agent.rng = np.random.default_rng(42)
+        return EnvStepper(envs, seed=7), agent
+
+    (a, agent_a), (b, agent_b) = stepper_and_agent(), stepper_and_agent()
+    agents = agent_a.env_info.agents
+    finished_a: list[Episode] = []
+    finished_b: list[Episode] = []
+    chunks = []
+    for _ in range(3):
+        chunk = a.rollout(agent_a, 8, finished_a)
+        ts = [b.step(agent_b, finished_b) for _ in range(8)]
+        for name in ("obs", "actions", "rewards", "next_obs"):
+            assert set(chunk[name]) == set(agents), name
+            for who, value in chunk[name].items():
+                want = np.stack([getattr(t, name)[who] for t in ts])
+                np.testing.assert_array_equal(value, want, err_msg=f"{name}[{who}]")
+        for name in ("terminated", "truncated"):
+            want = np.stack([getattr(t, name) for t in ts])
+            np.testing.assert_array_equal(chunk[name], want, err_msg=name)
+        chunks.append(chunk)
+    obs = np.concatenate([c["obs"]["agent_0"] for c in chunks])
+    next_obs = np.concatenate([c["next_obs"]["agent_0"] for c in chunks])
+    ended = np.concatenate([c["truncated"] for c in chunks])
+    assert ended.sum() == 4  # 24 steps of 2 envs, episodes of 9 steps
+    for t in range(len(obs) - 1):  # next_obs is the next obs, except the final one at an end
+        for i in range(2):
+            same = np.array_equal(next_obs[t, i], obs[t + 1, i])
+            assert same != ended[t, i], (t, i)
+    assert len(finished_a) == len(finished_b) == 4
+    for (ret_a, len_a, metrics_a), (ret_b, len_b, _) in zip(finished_a, finished_b, strict=True):
+        assert len_a == len_b == 9
+        assert ret_a == pytest.approx(ret_b, abs=1e-9)
+        parts = [metrics_a[f"return/{who}"] for who in agents]
+        assert ret_a == pytest.approx(sum(parts), abs=1e-9)
