@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.checkpoint import latest_checkpoint
 from harness.config import Config, layer, resolve
-from harness.errors import CheckpointError, ConfigError
+from harness.errors import CheckpointError, ConfigError, IncompatibleError
 from harness.registry import Registry
 from harness.runtime.run import load_agent, make_envs
 from harness.runtime.spaces import space_info
@@ -195,6 +195,13 @@ def collect(
     minari = import_minari()
     rng = np.random.default_rng(seed)
     envs = make_envs(config, registry, 1, seed=None)
+    if hasattr(envs, "single_observation_spaces"):  # agent-keyed: not a Minari dataset
+        envs.close()
+        raise IncompatibleError(
+            f"{config.run.env!r} is a multi-agent env (agents: {', '.join(envs.agents)}); "
+            f"harness collect records single-agent Minari datasets (one observation and action "
+            f"space per step). Record a single-agent env."
+        )
     env = SingleEnv(envs, env_spec(envs, config.run.env))
     if policy == "random":
         act, algorithm, described = random_policy(env.action_space, rng), "random", "random actions"

@@ -199,3 +199,14 @@ def test_collect_help_explains_itself(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     for needle in ("Minari dataset", "--noise", "--policy", "NAME-vN", "seed S + i", "algo=cql"):
         assert needle in out
+
+
+def test_collect_refuses_a_multi_agent_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mpe2", reason="pip install 'harness[multiagent]'")
+    out = tmp_path / "spread-v0"
+    argv = ["collect", "pendulum", "--policy", "random", "--episodes", "1", "--out", str(out)]
+    err = run_error(capsys, *argv, "--set", "env=mpe2/simple_spread_v3", "--set", "algo=random")
+    assert "'mpe2/simple_spread_v3' is a multi-agent env (agents: agent_0" in err
+    assert not out.exists()
