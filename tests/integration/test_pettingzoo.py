@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 from gymnasium import spaces
-from harness_pettingzoo.plugin import PettingZooConfig, constructor, make_env
 from pettingzoo import ParallelEnv  # type: ignore[import-untyped]
 from pettingzoo.utils.conversions import parallel_to_aec  # type: ignore[import-untyped]
 
@@ -34,6 +33,7 @@ from harness.config import layer, resolve
 from harness.errors import ConfigError, IncompatibleError, PluginError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.testing import check_env
+from harness_pettingzoo.plugin import PettingZooConfig, constructor, make_env
 
 with warnings.catch_warnings():  # (pettingzoo.test imports envs of its own deprecated API)
     warnings.simplefilter("ignore", DeprecationWarning)
