@@ -89,3 +89,23 @@ def framework_forward(
         return to_numpy(out)
 
     return forward
+
+
+def gru(w_ih: Array, b_ih: Array, w_hh: Array, b_hh: Array) -> Callable[[Array, Array], Array]:
+    """A GRU cell (``Backend.gru``) from its input and hidden projections, ``(fan_in, 3H)``
+    weights with the gates in the order reset, update, candidate (torch's ``GRUCell``
+    arithmetic): called on ``(x (B, in), h (B, H))`` it returns the next hidden state."""
+    wi, bi, wh, bh = (np.ascontiguousarray(a, np.float32) for a in (w_ih, b_ih, w_hh, b_hh))
+    size = wh.shape[0]
+
+    def forward(x: Array, h: Array) -> Array:
+        h = np.asarray(h, np.float32)
+        gi = np.asarray(x, np.float32).reshape(len(x), -1) @ wi + bi
+        gh = h @ wh + bh
+        r = 1.0 / (1.0 + np.exp(-(gi[:, :size] + gh[:, :size])))
+        z = 1.0 / (1.0 + np.exp(-(gi[:, size : 2 * size] + gh[:, size : 2 * size])))
+        n = np.tanh(gi[:, 2 * size :] + r * gh[:, 2 * size :])
+        out: Array = (1.0 - z) * n + z * h
+        return out
+
+    return forward

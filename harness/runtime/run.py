@@ -762,13 +762,19 @@ def evaluate(
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
     envs = make_envs(config, registry, n, seed=None)
+    # an agent whose greedy policy has a per-env state (a recurrent one: QMIX) resets it here
+    predict_ended = getattr(agent, "predict_episodes_ended", None)
     try:
         obs, _ = envs.reset(seed=seed)
         ret = np.zeros(n)
         length = np.zeros(n, dtype=np.int64)
         result = EvalResult([], [])
+        if predict_ended is not None:
+            predict_ended(np.ones(n, bool))
         while (quota > 0).any():
             obs, rewards, terminated, truncated, infos = envs.step(agent.predict(obs))
+            if predict_ended is not None and (terminated | truncated).any():
+                predict_ended(terminated | truncated)
             ret += team_reward(rewards)
             length += 1
             for i in np.flatnonzero(terminated | truncated):

@@ -227,9 +227,20 @@ class PaddleBackend:
             )
         return _CNN(shape, out_dim, list(zip(channels, kernels, strides, strict=True)), scale)
 
-    def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
-        """Numpy forward passes for the MLPs this backend builds (see harness.numpy_nets);
-        other layers fall back to a paddle forward under no_grad."""
+    def gru(self, in_dim: int, hidden_dim: int) -> nn.Layer:
+        return _GRU(in_dim, hidden_dim)
+
+    def inference(self, model: Any) -> Callable[..., Any]:
+        """Numpy forward passes for the MLPs and GRU cells this backend builds (see
+        harness.numpy_nets; a GRU's copy takes ``(x, h)``); other layers fall back to a paddle
+        forward under no_grad."""
+        if isinstance(model, _GRU):
+            return numpy_nets.gru(
+                _np32(model.ih.weight),  # already (in, out)
+                _np32(model.ih.bias),
+                _np32(model.hh.weight),
+                _np32(model.hh.bias),
+            )
         if isinstance(model, _ParallelMLP) and type(model.act) in _ACTIVATION_NAMES:
             return numpy_nets.parallel(
                 [_np32(w) for w in model.weights],
@@ -523,6 +534,26 @@ def _linear(fan_in: int, fan_out: int, gain: float) -> nn.Linear:
         weight_attr=paddle.ParamAttr(initializer=_orthogonal(gain)),
         bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)),
     )
+
+
+class _GRU(nn.Layer):  # type: ignore[misc]
+    """See :meth:`harness.api.Backend.gru`: torch's ``GRUCell`` arithmetic (gates reset,
+    update, candidate) on two Linear projections, laid out like the torch backend's (the
+    same state-dict keys, Linear weights transposed). Orthogonal weights, zero biases."""
+
+    def __init__(self, in_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.ih = _linear(in_dim, 3 * hidden_dim, 1.0)
+        self.hh = _linear(hidden_dim, 3 * hidden_dim, 1.0)
+
+    def forward(self, x: paddle.Tensor, h: paddle.Tensor) -> paddle.Tensor:
+        gi, gh = self.ih(x.flatten(1)), self.hh(h)
+        size = self.hidden_dim
+        r = F.sigmoid(gi[:, :size] + gh[:, :size])
+        z = F.sigmoid(gi[:, size : 2 * size] + gh[:, size : 2 * size])
+        n = paddle.tanh(gi[:, 2 * size :] + r * gh[:, 2 * size :])
+        return (1.0 - z) * n + z * h
 
 
 class _ParallelMLP(nn.Layer):  # type: ignore[misc]

@@ -1,0 +1,629 @@
+"""QMIX (Rashid et al. 2018, "QMIX: Monotonic Value Function Factorisation for Deep
+Multi-Agent Reinforcement Learning") for cooperative multi-agent envs with discrete actions.
+
+* **Agent network**, shared by every agent (PyMARL's ``RNNAgent``): a ReLU layer, a GRU cell
+  (``recurrent``; a second ReLU layer without it) and a linear Q head. Its input is the
+  agent's observation zero-padded to the widest agent's (agents may differ, as in
+  simple_adversary), a one-hot agent id (parameter sharing with agent identity) and, with
+  ``last_action``, the one-hot of the agent's previous action.
+* **Mixing network**: the agents' chosen Q-values combined into Q_tot by a two-layer network
+  whose weights come from hypernetworks of the global state and pass through ``abs()``
+  (non-negative, so Q_tot is monotonic in every agent's Q and the greedy joint action is the
+  agents' own greedy actions); ``mixer = "vdn"`` sums the agents' Q-values instead (the
+  setting that learns simple_spread in a small budget, see ``QMIXConfig.mixer``). The state
+  is the concatenation of every agent's own (unpadded) observation: PettingZoo's MPE
+  ``state()`` is that concatenation too, and it travels with
+  the observations, so the agent needs nothing from the env beyond ``Transition``.
+* **Team reward**: the sum of the agents' rewards (:func:`harness.api.team_reward`, what the
+  runner reports as ``charts/episodic_return``). In mpe2's simple_spread each agent's reward
+  is ``local_ratio`` * its own collision penalty + (1 - ``local_ratio``) * the shared
+  coverage term, so the sum is N times the shared term plus every collision penalty.
+* **Episode replay**: each env's steps are assembled into sequences of at most ``seq_len``
+  steps (an episode, or a piece of a longer one), zero-padded with a mask, together with the
+  observation after the last step (the true final observation where the episode ended:
+  truncated episodes and cut pieces bootstrap from it, terminated ones do not). Training
+  unrolls the agent network over a batch of sequences from a zero hidden state (for a piece
+  that continues an episode, an approximation; R2D2-style zero start).
+* **Targets**: TD(lambda) returns over each sequence (``td_lambda``; 0: one-step TD) with
+  double Q (the online network picks the next actions, the target
+  network scores them), a target network copied every ``target_update_interval`` updates
+  (hard) or Polyak-averaged with ``tau`` < 1 after every update.
+* **Acting**: epsilon-greedy with epsilon annealed linearly over ``epsilon_anneal_steps`` env
+  steps, on numpy copies of the agent network (``backend.inference``); a recurrent agent's
+  hidden state and the last actions are kept per env and reset by ``episodes_ended``.
+
+A recurrent agent (or one fed its last action) acts on its history, so its greedy ``predict``
+keeps a state of its own per evaluation env too, reset when the batch size changes and by
+``predict_episodes_ended`` (harness.runtime.run.evaluate calls it). Without either option
+``predict`` is a function of the observations alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.api import (
+    Agent,
+    Algorithm,
+    Backend,
+    EnvInfo,
+    Obs,
+    Transition,
+    schedule_value,
+    team_reward,
+)
+from harness.errors import IncompatibleError
+
+
+@dataclass
+class QMIXConfig:
+    """QMIX hyper-parameters ([algo] section). Defaults follow PyMARL's QMIX where they
+    apply (Adam instead of RMSprop: the only optimiser every backend offers)."""
+
+    learning_rate: float = 5e-4
+    """Adam step size."""
+    batch_size: int = 32
+    """Sequences (episodes or pieces of them) per update."""
+    buffer_size: int = 5000
+    """Sequences kept in the episode replay (the oldest are overwritten)."""
+    seq_len: int = 32
+    """Longest stored sequence; longer episodes are stored in pieces of this length."""
+    learning_starts: int = 32
+    """Sequences stored before the first update."""
+    train_every: int = 8
+    """Vector steps between two learn() calls (the iteration length, ``rollout_len``)."""
+    updates_per_train: int = 1
+    """Gradient steps per learn() call."""
+    gamma: float = 0.99
+    """Discount factor."""
+    td_lambda: float = 0.6
+    """TD(lambda) targets over each stored sequence (:func:`lambda_returns`; 0: one-step TD).
+    A one-step target moves the value of a step only as far as the target network's value of
+    the next one, so a value needs about one target refresh per step of its horizon to form;
+    lambda returns carry the sequence's rewards back at once (Hu et al. 2021, "Rethinking the
+    Implementation Tricks and Monotonicity Constraint in Cooperative MARL", use 0.6)."""
+    double_q: bool = True
+    """Double Q-learning: the online network picks the next actions, the target scores them."""
+    target_update_interval: int = 200
+    """Updates between two hard target-network copies (used when tau = 1)."""
+    tau: float = 1.0
+    """1: hard copies every target_update_interval updates; < 1: Polyak averaging after
+    every update."""
+    epsilon_start: float = 1.0
+    """Exploration rate at the start."""
+    epsilon_end: float = 0.05
+    """Exploration rate after the anneal."""
+    epsilon_anneal_steps: int = 50_000
+    """Env steps (vector steps x envs) over which epsilon falls linearly."""
+    hidden: int = 64
+    """Width of the agent network (its ReLU layer and GRU state)."""
+    recurrent: bool = False
+    """A GRU cell in the agent network (PyMARL's RNN agent); off: a second ReLU layer. A
+    recurrent agent's predict() is stateful (see the module doc)."""
+    last_action: bool = False
+    """Feed each agent its previous action (one-hot), as PyMARL does by default; makes
+    predict() stateful like recurrent."""
+    mixer: str = "qmix"
+    """``qmix``: the monotonic hypernetwork mixer; ``vdn``: Q_tot = the sum of the agents'
+    Q-values (Sunehag et al. 2018, value decomposition networks), QMIX without the state's
+    say in the mixing. On simple_spread with a few tens of thousands of env steps ``vdn``
+    learns and ``qmix`` does not (competitions/mpe_spread/qmix.toml has the measurements):
+    the hypernetworks' state-dependent weights and biases fit much of Q_tot from the state
+    alone, leaving the agents' own Q-values, whose ranking is the policy, little signal."""
+    mixing_embed: int = 32
+    """Width of the mixing network's hidden layer."""
+    hypernet_hidden: int = 64
+    """Hidden width of the hypernetworks producing the mixing weights; 0: single linear
+    layers."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip."""
+    huber: bool = False
+    """Huber (smooth L1) TD loss instead of the squared error: bounded gradients for the
+    large TD errors of early training."""
+
+    def __post_init__(self) -> None:
+        positive = {
+            "batch_size": self.batch_size,
+            "buffer_size": self.buffer_size,
+            "seq_len": self.seq_len,
+            "train_every": self.train_every,
+            "updates_per_train": self.updates_per_train,
+            "target_update_interval": self.target_update_interval,
+            "hidden": self.hidden,
+            "mixing_embed": self.mixing_embed,
+        }
+        bad = [f"{k} = {v}" for k, v in positive.items() if v < 1]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: must be >= 1")
+        if self.buffer_size < self.batch_size:
+            raise ValueError(f"buffer_size ({self.buffer_size}) < batch_size ({self.batch_size})")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau = {self.tau} must be in (0, 1]")
+        if not 0.0 <= self.td_lambda <= 1.0:
+            raise ValueError(f"td_lambda = {self.td_lambda} must be in [0, 1]")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma = {self.gamma} must be in [0, 1]")
+        if not 0.0 <= self.epsilon_end <= 1.0 or not 0.0 <= self.epsilon_start <= 1.0:
+            raise ValueError("epsilon_start and epsilon_end must be in [0, 1]")
+        if self.mixer not in ("qmix", "vdn"):
+            raise ValueError(f"mixer = {self.mixer!r}: expected 'qmix' or 'vdn'")
+        if self.hypernet_hidden < 0 or self.learning_starts < 0 or self.epsilon_anneal_steps < 0:
+            raise ValueError("hypernet_hidden, learning_starts and epsilon_anneal_steps >= 0")
+
+
+class Layout:
+    """How agent-keyed observations become network inputs (shared by QMIX and MAPPO): every
+    agent's observation flattened and zero-padded to the widest one, its one-hot id, and the
+    global state as the concatenation of the unpadded observations."""
+
+    def __init__(self, info: EnvInfo, algo: str, kinds: tuple[str, ...]) -> None:
+        if not info.multi_agent:
+            raise IncompatibleError(f"{algo} is multi-agent; {info.env_id!r} is single-agent.")
+        self.agents = tuple(info.agents)
+        self.num_agents = len(self.agents)
+        self.dims = [info.observations[a].flat_dim for a in self.agents]
+        self.obs_dim = max(self.dims)
+        self.state_dim = sum(self.dims)
+        actions = [info.actions[a] for a in self.agents]
+        first = actions[0]
+        same = all((a.kind, a.shape, a.n) == (first.kind, first.shape, first.n) for a in actions)
+        if not same or first.kind not in kinds:
+            found = ", ".join(
+                f"{a}: {s.kind} {s.n or s.shape}" for a, s in zip(self.agents, actions, strict=True)
+            )
+            raise IncompatibleError(
+                f"{algo} shares one network between the agents, so every agent needs the same "
+                f"{'/'.join(kinds)} action space; {info.env_id!r} has "
+                f"{found}."
+            )
+        self.action = first
+        self.ids = np.eye(self.num_agents, dtype=np.float32)
+
+    def stack(self, obs: Obs) -> np.ndarray:
+        """Agent-keyed ``(n, *shape)`` observations as one ``(n, A, obs_dim)`` array."""
+        n = len(obs[self.agents[0]])
+        out = np.zeros((n, self.num_agents, self.obs_dim), np.float32)
+        for j, (agent, dim) in enumerate(zip(self.agents, self.dims, strict=True)):
+            out[:, j, :dim] = np.asarray(obs[agent], np.float32).reshape(n, dim)
+        # subnormal floats (MPE's decaying velocities reach them) make every CPU matmul that
+        # touches them take a slow microcode path: a MAPPO update ran ~10x slower
+        out[np.abs(out) < np.finfo(np.float32).tiny] = 0.0
+        return out
+
+    def state(self, stacked: np.ndarray) -> np.ndarray:
+        """The global state ``(..., state_dim)`` of stacked observations ``(..., A, obs_dim)``."""
+        parts = [stacked[..., j, :dim] for j, dim in enumerate(self.dims)]
+        return np.concatenate(parts, axis=-1)
+
+    def with_ids(self, x: np.ndarray) -> np.ndarray:
+        """``(..., A, d)`` features with the one-hot agent ids appended: ``(..., A, d + A)``."""
+        ids = np.broadcast_to(self.ids, (*x.shape[:-2], self.num_agents, self.num_agents))
+        return np.concatenate([x, ids], axis=-1)
+
+
+class QMIX(Algorithm):
+    """The agent network, the mixer, their targets and the TD update on sequence batches."""
+
+    def __init__(self, backend: Backend, layout: Layout, config: QMIXConfig) -> None:
+        super().__init__(backend)
+        self.config = config
+        self.layout = layout
+        self.n_actions = layout.action.n
+        self.in_dim = layout.obs_dim + layout.num_agents
+        if config.last_action:
+            self.in_dim += self.n_actions
+        self.online = self._build()
+        self.target = self._build()
+        backend.copy_weights(self.target, self.online)
+        self.optimizer = backend.optimizer(self.online, lr=config.learning_rate)
+        self.updates = 0
+        self.refresh_policy()
+
+    def _build(self) -> Any:
+        bk, c, lay = self.backend, self.config, self.layout
+        h, e, s, a = c.hidden, c.mixing_embed, lay.state_dim, lay.num_agents
+        memory = (
+            bk.gru(h, h)
+            if c.recurrent
+            else bk.mlp(h, [], h, activation="relu", activate_output=True)
+        )
+        agent = bk.group(
+            fc=bk.mlp(self.in_dim, [], h, activation="relu", activate_output=True),
+            memory=memory,
+            head=bk.mlp(h, [], self.n_actions),
+        )
+        hyper = [c.hypernet_hidden] if c.hypernet_hidden else []
+        mixer = bk.group(
+            w1=bk.mlp(s, hyper, a * e, activation="relu"),
+            b1=bk.mlp(s, [], e),
+            w2=bk.mlp(s, hyper, e, activation="relu"),
+            v=bk.mlp(s, [e], 1, activation="relu"),
+        )
+        return bk.group(agent=agent, mixer=mixer)
+
+    # --- acting (numpy) ---------------------------------------------------------------------
+    def refresh_policy(self) -> None:
+        """Numpy copies of the agent network for acting (after every weight change)."""
+        bk, agent = self.backend, self.online["agent"]
+        self._fc = bk.inference(agent["fc"])
+        self._memory = bk.inference(agent["memory"])
+        self._head = bk.inference(agent["head"])
+
+    def q_values(self, inputs: np.ndarray, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Q-values ``(rows, n_actions)`` and next hidden states of ``(rows, in_dim)`` inputs."""
+        x = self._fc(inputs)
+        memory: Any = self._memory  # a GRU's copy takes (x, h), an MLP's x alone
+        h = memory(x, hidden) if self.config.recurrent else memory(x)
+        return self._head(h), h
+
+    # --- learning ---------------------------------------------------------------------------
+    def _unroll(self, net: Any, inputs: Any, steps: int, rows: int) -> Any:
+        """Q-values ``(steps, rows, n_actions)`` of time-major inputs ``(steps * rows, in)``
+        from a zero hidden state."""
+        bk, c = self.backend, self.config
+        x = net["fc"](inputs)
+        if c.recurrent:
+            x = x.reshape([steps, rows, c.hidden])
+            h = bk.tensor(np.zeros((rows, c.hidden), np.float32))
+            hs = []
+            for t in range(steps):
+                h = net["memory"](x[t], h)
+                hs.append(h)
+            x = bk.concat(hs, axis=0)
+        else:
+            x = net["memory"](x)
+        return net["head"](x).reshape([steps, rows, self.n_actions])
+
+    def _mix(self, net: Any, q: Any, state: Any) -> Any:
+        """Q_tot ``(N,)`` of agent Q-values ``(N, A)`` in states ``(N, state_dim)``: hidden =
+        elu(q . |W1(s)| + b1(s)), Q_tot = hidden . |w2(s)| + V(s) (the sum of q with the VDN
+        mixer)."""
+        bk, e, a = self.backend, self.config.mixing_embed, self.layout.num_agents
+        if self.config.mixer == "vdn":
+            return bk.sum(q, axis=1)
+        n = q.shape[0]
+        w1 = abs(net["w1"](state)).reshape([n, a, e])
+        hidden = bk.sum(q.reshape([n, a, 1]) * w1, axis=1) + net["b1"](state)
+        # elu(x) = max(x, 0) + exp(min(x, 0)) - 1, in ops every backend has
+        hidden = bk.maximum(hidden, hidden * 0.0) + bk.exp(bk.clip(hidden, -60.0, 0.0)) - 1.0
+        w2 = abs(net["w2"](state))
+        return bk.sum(hidden * w2, axis=1) + net["v"](state)[:, 0]
+
+    def learn(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """One TD(0) step on a batch of sequences (see :meth:`QMIXAgent.batch`)."""
+        bk, c = self.backend, self.config
+        steps, b, a = batch["actions"].shape  # (L, B, A) time-major
+        rows = b * a
+        inputs = bk.tensor(batch["inputs"].reshape((steps + 1) * rows, self.in_dim))
+        state = bk.tensor(batch["state"])  # (L + 1, B, S)
+        mask = bk.tensor(batch["mask"].reshape(-1))
+        actions = bk.tensor(batch["actions"].reshape(steps * b, a), "int64")
+        q = self._unroll(self.online["agent"], inputs, steps + 1, rows)
+        chosen = bk.gather(q[:steps].reshape([steps * b, a, self.n_actions]), actions)
+        q_tot = self._mix(self.online["mixer"], chosen, state[:steps].reshape([steps * b, -1]))
+        with bk.no_grad():
+            q_next = self._unroll(self.target["agent"], inputs, steps + 1, rows)[1:]
+            q_next = q_next.reshape([steps * b, a, self.n_actions])
+            if c.double_q:
+                online_next = q[1:].reshape([steps * b, a, self.n_actions])
+                best = bk.argmax(online_next, axis=-1)
+                next_values = bk.gather(q_next, best)
+            else:
+                next_values = bk.max(q_next, axis=-1)
+            next_state = state[1:].reshape([steps * b, -1])
+            next_tot = self._mix(self.target["mixer"], next_values, next_state)
+            next_tot = bk.numpy(next_tot).reshape(steps, b)
+            returns = lambda_returns(
+                batch["rewards"], batch["terminated"], batch["mask"], next_tot, c.gamma, c.td_lambda
+            )
+            y = bk.tensor(returns.reshape(-1))
+        td = (bk.smooth_l1(q_tot, y) if c.huber else bk.mse(q_tot, y)) * mask
+        loss = bk.sum(td) / max(float(batch["mask"].sum()), 1.0)
+        grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        self.updates += 1
+        if c.tau < 1.0:
+            bk.copy_weights(self.target, self.online, c.tau)
+        elif self.updates % c.target_update_interval == 0:
+            bk.copy_weights(self.target, self.online)
+        self.refresh_policy()
+        valid = batch["mask"].reshape(-1) > 0
+        return {
+            "losses/td_loss": bk.item(loss),
+            "losses/q_tot": float(bk.numpy(q_tot)[valid].mean()) if valid.any() else 0.0,
+            "losses/grad_norm": grad_norm,
+        }
+
+    # --- state ------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        bk = self.backend
+        return {
+            "online": bk.state(self.online),
+            "target": bk.state(self.target),
+            "optimizer": bk.state(self.optimizer),
+            "updates": self.updates,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        bk = self.backend
+        bk.load_state(self.online, state["online"])
+        bk.load_state(self.target, state["target"])
+        bk.load_state(self.optimizer, state["optimizer"])
+        self.updates = int(state["updates"])
+        self.refresh_policy()
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.backend.get_weights(self.online["agent"])
+
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.backend.set_weights(self.online["agent"], weights)
+        self.refresh_policy()
+
+
+class EpisodeReplay:
+    """Fixed-length sequences ``(capacity, seq_len, ...)`` with masks, filled circularly."""
+
+    FIELDS = ("obs", "actions", "rewards", "terminated", "mask", "prev_actions")
+
+    def __init__(self, capacity: int, seq_len: int, num_agents: int, obs_dim: int) -> None:
+        cap, length, a = capacity, seq_len, num_agents
+        self.capacity = capacity
+        self.obs = np.zeros((cap, length + 1, a, obs_dim), np.float32)
+        self.actions = np.zeros((cap, length, a), np.int64)
+        self.rewards = np.zeros((cap, length), np.float32)
+        self.terminated = np.zeros((cap, length), np.float32)
+        self.mask = np.zeros((cap, length), np.float32)
+        self.prev_actions = np.full((cap, a), -1, np.int64)
+        """Each agent's action before the sequence's first step (-1: it starts an episode)."""
+        self.pos = 0
+        self.size = 0
+
+    def add(self, **sequence: np.ndarray) -> None:
+        i = self.pos
+        for name in self.FIELDS:
+            getattr(self, name)[i] = sequence[name]
+        self.pos = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = {f"replay/{name}": getattr(self, name)[: self.size] for name in self.FIELDS}
+        out["replay/counters"] = np.array([self.pos, self.size], np.int64)
+        return out
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.pos, self.size = (int(v) for v in state["replay/counters"])
+        for name in self.FIELDS:
+            getattr(self, name)[: self.size] = state[f"replay/{name}"]
+
+
+class QMIXAgent(Agent):
+    """Per-env sequence assembly, episode replay, epsilon-greedy acting around :class:`QMIX`."""
+
+    name = "qmix"
+    algorithm: QMIX
+    config: QMIXConfig
+
+    def __init__(
+        self, algorithm: QMIX, info: EnvInfo, config: QMIXConfig, *, seed: int, total_steps: int
+    ) -> None:
+        super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
+        self.rollout_len = config.train_every
+        self.layout = lay = algorithm.layout
+        n, a, length = info.num_envs, lay.num_agents, config.seq_len
+        self.n_actions = algorithm.n_actions
+        self.replay = EpisodeReplay(config.buffer_size, length, a, lay.obs_dim)
+        # the sequence each env is writing
+        self.cur: dict[str, np.ndarray] = {
+            "obs": np.zeros((n, length + 1, a, lay.obs_dim), np.float32),
+            "actions": np.zeros((n, length, a), np.int64),
+            "rewards": np.zeros((n, length), np.float32),
+            "terminated": np.zeros((n, length), np.float32),
+            "prev_actions": np.full((n, a), -1, np.int64),
+        }
+        self.cur_len = np.zeros(n, np.int64)
+        # acting state per env (sample) and per evaluation env (predict)
+        self.hidden = np.zeros((n, a, config.hidden), np.float32)
+        self.last_actions = np.full((n, a), -1, np.int64)
+        self.eval_hidden = np.zeros((0, a, config.hidden), np.float32)
+        self.eval_last = np.full((0, a), -1, np.int64)
+
+    # --- acting -----------------------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        c = self.config
+        return schedule_value(
+            c.epsilon_start, c.epsilon_end, self.env_steps, c.epsilon_anneal_steps
+        )
+
+    def _inputs(self, stacked: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Network inputs ``(..., A, in_dim)`` of stacked observations and last actions."""
+        x = self.layout.with_ids(stacked)
+        if self.config.last_action:
+            x = np.concatenate([x, _one_hot(last, self.n_actions)], axis=-1)
+        return x
+
+    def _greedy(
+        self, obs: Obs, hidden: np.ndarray, last: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Q-values ``(n, A, n_actions)`` and next hidden states."""
+        x = self._inputs(self.layout.stack(obs), last)
+        n, a = x.shape[:2]
+        q, h = self.algorithm.q_values(x.reshape(n * a, -1), hidden.reshape(n * a, -1))
+        return q.reshape(n, a, -1), h.reshape(n, a, -1)
+
+    def _as_dict(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        return {agent: actions[:, j].copy() for j, agent in enumerate(self.layout.agents)}
+
+    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
+        n = len(obs[self.layout.agents[0]])
+        if len(self.hidden) != n:  # (a batch of another size, e.g. a conformance probe)
+            self.hidden = np.zeros((n, *self.hidden.shape[1:]), np.float32)
+            self.last_actions = np.full((n, self.layout.num_agents), -1, np.int64)
+        q, self.hidden = self._greedy(obs, self.hidden, self.last_actions)
+        actions = q.argmax(-1)
+        explore = self.rng.random(actions.shape) < self.epsilon
+        random = self.rng.integers(0, self.n_actions, actions.shape)
+        actions = np.where(explore, random, actions)
+        self.last_actions = actions
+        return self._as_dict(actions), {}
+
+    def predict(self, obs: Obs) -> Any:
+        c = self.config
+        if not (c.recurrent or c.last_action):  # a function of the observations alone
+            n = len(obs[self.layout.agents[0]])
+            zeros = np.zeros((n, self.layout.num_agents, c.hidden), np.float32)
+            q, _ = self._greedy(obs, zeros, np.full(zeros.shape[:2], -1))
+            return self._as_dict(q.argmax(-1))
+        n = len(obs[self.layout.agents[0]])
+        if len(self.eval_hidden) != n:
+            self.predict_episodes_ended(np.ones(n, bool))
+        q, self.eval_hidden = self._greedy(obs, self.eval_hidden, self.eval_last)
+        self.eval_last = q.argmax(-1)
+        return self._as_dict(self.eval_last)
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        if len(mask) == len(self.hidden):
+            self.hidden[mask] = 0.0
+            self.last_actions[mask] = -1
+
+    def predict_episodes_ended(self, mask: np.ndarray) -> None:
+        """The evaluation episodes of the envs in ``mask`` ended (or start): reset their
+        predict state (sized to ``mask``)."""
+        a, h = self.layout.num_agents, self.config.hidden
+        if len(self.eval_hidden) != len(mask):
+            self.eval_hidden = np.zeros((len(mask), a, h), np.float32)
+            self.eval_last = np.full((len(mask), a), -1, np.int64)
+        self.eval_hidden[mask] = 0.0
+        self.eval_last[mask] = -1
+
+    # --- experience -------------------------------------------------------------------------
+    def observe(self, transition: Transition) -> None:
+        t, lay, cur = transition, self.layout, self.cur
+        n = len(t.terminated)
+        rows = np.arange(n)
+        pos = self.cur_len
+        cur["obs"][rows, pos] = lay.stack(t.obs)
+        actions = np.stack([np.asarray(t.actions[a]) for a in lay.agents], axis=1)
+        cur["actions"][rows, pos] = actions
+        cur["rewards"][rows, pos] = team_reward(t.rewards)
+        cur["terminated"][rows, pos] = np.asarray(t.terminated, np.float32)
+        self.cur_len = pos + 1
+        done = np.asarray(t.terminated) | np.asarray(t.truncated)
+        full = self.cur_len == self.config.seq_len
+        if (done | full).any():
+            next_obs = lay.stack(t.next_obs)
+            for i in np.flatnonzero(done | full):
+                self._flush(int(i), next_obs[i], actions[i], bool(done[i]))
+        self.env_steps += n
+
+    def _flush(self, i: int, final_obs: np.ndarray, last: np.ndarray, done: bool) -> None:
+        """Store env ``i``'s sequence (``final_obs``: the observation after its last step)
+        and start the next one (continuing the episode unless ``done``)."""
+        cur, length = self.cur, int(self.cur_len[i])
+        cur["obs"][i, length] = final_obs
+        mask = np.zeros(self.config.seq_len, np.float32)
+        mask[:length] = 1.0
+        self.replay.add(
+            obs=cur["obs"][i],
+            actions=cur["actions"][i],
+            rewards=cur["rewards"][i],
+            terminated=cur["terminated"][i],
+            mask=mask,
+            prev_actions=cur["prev_actions"][i],
+        )
+        for name in ("obs", "actions", "rewards", "terminated"):
+            cur[name][i] = 0
+        cur["prev_actions"][i] = -1 if done else last
+        self.cur_len[i] = 0
+
+    def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Time-major training arrays of the replay's sequences ``indices``: network inputs
+        ``(L + 1, B, A, in_dim)``, states ``(L + 1, B, S)``, actions ``(L, B, A)``, rewards,
+        terminated flags and masks ``(L, B)``."""
+        r = self.replay
+        obs = r.obs[indices].swapaxes(0, 1)  # (L + 1, B, A, D)
+        actions = r.actions[indices].swapaxes(0, 1)  # (L, B, A)
+        last = np.concatenate([r.prev_actions[indices][None], actions], axis=0)
+        # a padded step's "last action" is 0, but padded steps are masked out of the loss
+        return {
+            "inputs": self._inputs(obs, last),
+            "state": self.layout.state(obs),
+            "actions": actions,
+            "rewards": r.rewards[indices].T,
+            "terminated": r.terminated[indices].T,
+            "mask": r.mask[indices].T,
+        }
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        if self.replay.size < max(c.learning_starts, c.batch_size):
+            return {}
+        totals: dict[str, float] = {}
+        for _ in range(c.updates_per_train):
+            indices = self.rng.integers(0, self.replay.size, c.batch_size)
+            for key, value in self.algorithm.learn(self.batch(indices)).items():
+                totals[key] = totals.get(key, 0.0) + value / c.updates_per_train
+            self.updates += 1
+        totals["charts/epsilon"] = self.epsilon
+        return totals
+
+    # --- resume -----------------------------------------------------------------------------
+    def data_state(self) -> dict[str, np.ndarray]:
+        state = self.replay.state()
+        state.update({f"current/{k}": v for k, v in self.cur.items()})
+        state["current/length"] = self.cur_len
+        state["acting/hidden"] = self.hidden
+        state["acting/last_actions"] = self.last_actions
+        return state
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.replay.load_state(state)
+        for key in self.cur:
+            self.cur[key] = np.array(state[f"current/{key}"])
+        self.cur_len = np.array(state["current/length"])
+        self.hidden = np.array(state["acting/hidden"], np.float32)
+        self.last_actions = np.array(state["acting/last_actions"])
+
+
+def lambda_returns(
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    mask: np.ndarray,
+    next_values: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> np.ndarray:
+    """TD(lambda) targets ``(L, B)`` of time-major sequences: ``G_t = r_t + gamma * (1 -
+    terminated_t) * ((1 - lam) * next_values_t + lam * G_{t+1})``, where ``next_values_t`` is
+    the target network's value of the state after step t. The last valid step of a sequence
+    (followed by padding or the sequence's end) bootstraps from ``next_values`` alone, so a
+    piece cut from a longer episode, or a truncated one, continues through its value; lam =
+    0 is one-step TD."""
+    steps = len(rewards)
+    out = np.zeros(rewards.shape, np.float32)
+    for t in reversed(range(steps)):
+        ahead = next_values[t]
+        if t + 1 < steps:
+            ahead = np.where(
+                mask[t + 1] > 0, (1.0 - lam) * next_values[t] + lam * out[t + 1], ahead
+            )
+        out[t] = rewards[t] + gamma * (1.0 - terminated[t]) * ahead
+    return out
+
+
+def _one_hot(index: np.ndarray, n: int) -> np.ndarray:
+    """One-hot rows of ``index`` (-1: all zeros)."""
+    out: np.ndarray = np.eye(n + 1, dtype=np.float32)[np.asarray(index) + 1][..., 1:]
+    return out
+
+
+def make_agent(
+    info: EnvInfo, backend: Backend, config: QMIXConfig, *, seed: int = 0, total_steps: int = 1
+) -> QMIXAgent:
+    layout = Layout(info, "QMIX", ("discrete",))
+    return QMIXAgent(
+        QMIX(backend, layout, config), info, config, seed=seed, total_steps=total_steps
+    )
