@@ -33,8 +33,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition
+from harness.api import Algorithm, Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition
 from harness.errors import ConfigError
+from harness_algos.offpolicy import ReplayRatioAgent
 
 
 @dataclass
@@ -351,7 +352,7 @@ def _box(space: SpaceInfo) -> tuple[np.ndarray, np.ndarray]:
     return (high + low) / 2, (high - low) / 2
 
 
-class MADDPGAgent(Agent):
+class MADDPGAgent(ReplayRatioAgent):
     """Replay, exploration, random warm-up and the replay-ratio schedule around
     :class:`MADDPG`. Observations, actions and rewards are agent-keyed dicts."""
 
@@ -382,10 +383,6 @@ class MADDPGAgent(Agent):
         self.replay = JointReplay(
             config.buffer_size, sum(a.obs_dims), sum(a.act_dims), len(self.agents)
         )
-        self.owed = 0.0
-        """Updates earned by env steps and not taken yet (a fraction carries over)."""
-        self.counted = 0
-        """env_steps already converted into owed updates."""
 
     # -- acting ------------------------------------------------------------------------------
     def _to_env(self, j: int, action: np.ndarray) -> np.ndarray:
@@ -465,7 +462,7 @@ class MADDPGAgent(Agent):
         )
         self.env_steps += n
 
-    def _batch(self) -> JointBatch:
+    def replay_batch(self) -> JointBatch:
         c = self.config
         rows = self.replay.sample(c.batch_size, self.rng)
 
@@ -486,37 +483,6 @@ class MADDPGAgent(Agent):
             gumbel(),
             gumbel(),
         )
-
-    def learn(self) -> dict[str, float]:
-        c = self.config
-        fresh, self.counted = self.env_steps - self.counted, self.env_steps
-        if self.env_steps < c.learning_starts or len(self.replay) < c.batch_size:
-            return {}
-        self.owed += fresh * c.gradient_steps / c.train_freq
-        n = int(self.owed)
-        self.owed -= n
-        metrics: dict[str, float] = {}
-        for i in range(n):
-            metrics = self.algorithm.learn(self._batch(), diagnostics=i == n - 1)
-            self.updates += 1
-        return metrics
-
-    # -- state -------------------------------------------------------------------------------
-    def extra_state(self) -> dict[str, Any]:
-        return {**super().extra_state(), "owed": self.owed, "counted": self.counted}
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        super().load_extra_state(state)
-        self.owed = float(state["owed"])
-        self.counted = int(state["counted"])
-
-    def data_state(self) -> dict[str, np.ndarray]:
-        return {f"replay.{k}": v for k, v in self.replay.state_dict().items()}
-
-    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
-        replay = {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
-        if replay:
-            self.replay.load_state_dict(replay)
 
 
 def make_agent(

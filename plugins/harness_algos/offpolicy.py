@@ -175,7 +175,59 @@ class BoxScale:
         return scaled
 
 
-class OffPolicyAgent(Agent):
+class ReplayRatioAgent(Agent):
+    """The replay-ratio schedule and the replay's checkpointing, shared by every agent whose
+    replay memory lives on the learner (DDPG, TD3, SAC; MADDPG): each env step owes
+    ``gradient_steps / train_freq`` updates, paid at the next :meth:`learn` on batches from
+    :meth:`replay_batch`. A subclass sets ``self.replay`` (anything with ``__len__``,
+    ``state_dict`` and ``load_state_dict``) and implements :meth:`replay_batch`; its config
+    has ``learning_starts``, ``batch_size``, ``gradient_steps`` and ``train_freq``."""
+
+    replay: Any
+
+    def __init__(self, algorithm: Algorithm, info: EnvInfo, config: Any, **kwargs: Any) -> None:
+        super().__init__(algorithm, info, config, **kwargs)
+        self.owed = 0.0
+        """Updates earned by env steps and not taken yet (a fraction carries over)."""
+        self.counted = 0
+        """env_steps already converted into owed updates."""
+
+    @abc.abstractmethod
+    def replay_batch(self) -> Any:
+        """One training batch of ``config.batch_size`` rows for ``algorithm.learn``."""
+
+    def learn(self) -> dict[str, float]:
+        c = self.config
+        fresh, self.counted = self.env_steps - self.counted, self.env_steps
+        if self.env_steps < c.learning_starts or len(self.replay) < c.batch_size:
+            return {}
+        self.owed += fresh * c.gradient_steps / c.train_freq
+        n = int(self.owed)
+        self.owed -= n
+        metrics: dict[str, float] = {}
+        for i in range(n):
+            metrics = self.algorithm.learn(self.replay_batch(), diagnostics=i == n - 1)
+            self.updates += 1
+        return metrics
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "owed": self.owed, "counted": self.counted}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.owed = float(state["owed"])
+        self.counted = int(state["counted"])
+
+    def data_state(self) -> dict[str, np.ndarray]:
+        return {f"replay.{k}": v for k, v in self.replay.state_dict().items()}
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        self.replay.load_state_dict(
+            {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
+        )
+
+
+class OffPolicyAgent(ReplayRatioAgent):
     """Replay, action scaling, random warm-up and the replay-ratio schedule."""
 
     independent_transitions = True
@@ -205,10 +257,6 @@ class OffPolicyAgent(Agent):
             action_dtype=np.float32,
             seed=seed,
         )
-        self.owed = 0.0
-        """Updates earned by env steps and not taken yet (a fraction carries over)."""
-        self.counted = 0
-        """env_steps already converted into owed updates."""
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         return self.scale.to_env(actions)
@@ -235,35 +283,8 @@ class OffPolicyAgent(Agent):
         self.replay.add(t.obs, self.from_env(t.actions), t.rewards, t.next_obs, t.terminated)
         self.env_steps += len(t.obs)
 
-    def learn(self) -> dict[str, float]:
-        c = self.config
-        fresh, self.counted = self.env_steps - self.counted, self.env_steps
-        if self.env_steps < c.learning_starts or len(self.replay) < c.batch_size:
-            return {}
-        self.owed += fresh * c.gradient_steps / c.train_freq
-        n = int(self.owed)
-        self.owed -= n
-        metrics: dict[str, float] = {}
-        for i in range(n):
-            metrics = self.algorithm.learn(self.replay.sample(c.batch_size), diagnostics=i == n - 1)
-            self.updates += 1
-        return metrics
-
-    def extra_state(self) -> dict[str, Any]:
-        return {**super().extra_state(), "owed": self.owed, "counted": self.counted}
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        super().load_extra_state(state)
-        self.owed = float(state["owed"])
-        self.counted = int(state["counted"])
-
-    def data_state(self) -> dict[str, np.ndarray]:
-        return {f"replay.{k}": v for k, v in self.replay.state_dict().items()}
-
-    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.replay.load_state_dict(
-            {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
-        )
+    def replay_batch(self) -> ReplayBatch:
+        return self.replay.sample(self.config.batch_size)
 
 
 def flat(batch: np.ndarray) -> np.ndarray:

@@ -28,6 +28,11 @@ PENDULUM = ROOT / "competitions" / "pendulum"
 THRESHOLD = -250.0
 BUDGET = 20_000
 SMALL = ["algo.hidden=[64, 64]"]
+# The runs stop at the first periodic evaluation (10 episodes) above this, well above the
+# pack's -200: one evaluation just above -200 can be a lucky draw of start angles (measured:
+# DDPG seed 1 on an Intel Xeon stopped at 4k steps on -197 and its fresh 10 episodes scored
+# -280; stopping at -170 it trained to 6k and scored -147).
+STOP = "stop_at_return=-170"
 USER_FILES = {"sac": [], "td3": [PENDULUM / "td3.toml"], "ddpg": [PENDULUM / "ddpg.toml"]}
 # the Zoo's TD3/DDPG entries act randomly for 10k of the 20k steps; the CI checks start at 1k
 FAST_START = {
@@ -47,6 +52,7 @@ def train_and_reevaluate(
     overrides = [
         *SMALL,
         *FAST_START[algo],
+        STOP,
         *extra,
         f"seed={seed}",
         f"total_steps={BUDGET}",
