@@ -9,8 +9,9 @@ Multi-Agent Reinforcement Learning") for cooperative multi-agent envs with discr
 * **Mixing network**: the agents' chosen Q-values combined into Q_tot by a two-layer network
   whose weights come from hypernetworks of the global state and pass through ``abs()``
   (non-negative, so Q_tot is monotonic in every agent's Q and the greedy joint action is the
-  agents' own greedy actions); ``mixer = "vdn"`` sums the agents' Q-values instead (the
-  setting that learns simple_spread in a small budget, see ``QMIXConfig.mixer``). The state
+  agents' own greedy actions); ``mixer = "vdn"`` sums the agents' Q-values instead. Q_tot
+  is the mixer's output plus a constant offset, the running mean team reward / (1 - gamma)
+  (``value_offset``; see ``QMIXConfig.mixer`` for why the monotonic mixer needs it). The state
   is the concatenation of every agent's own (unpadded) observation: PettingZoo's MPE
   ``state()`` is that concatenation too, and it travels with
   the observations, so the agent needs nothing from the env beyond ``Transition``.
@@ -110,10 +111,14 @@ class QMIXConfig:
     mixer: str = "qmix"
     """``qmix``: the monotonic hypernetwork mixer; ``vdn``: Q_tot = the sum of the agents'
     Q-values (Sunehag et al. 2018, value decomposition networks), QMIX without the state's
-    say in the mixing. On simple_spread with a few tens of thousands of env steps ``vdn``
-    learns and ``qmix`` does not (competitions/mpe_spread/qmix.toml has the measurements):
-    the hypernetworks' state-dependent weights and biases fit much of Q_tot from the state
-    alone, leaving the agents' own Q-values, whose ranking is the policy, little signal."""
+    say in the mixing. On simple_spread (every reward negative, returns about -60) ``qmix``
+    with ``hypernet_gain`` 1 and no ``value_offset`` diverged (Q_tot positive, greedy returns
+    -92..-189, worse than random): the mixer's gain dQ_tot/dQ_a per agent, ~5 at init, grew
+    to ~33 as it fitted the large negative returns through its multiplicative paths, and the
+    gain amplified the max over the agents' Q-values in the targets (the greedy actions'
+    Q-values exceed the replayed ones by noise that the mixer scales up, and gamma 0.95
+    compounds the excess over ~20 steps). With a small ``hypernet_gain`` it learns like VDN
+    (competitions/mpe_spread/qmix.toml has the measurements)."""
     mixing_embed: int = 32
     """Width of the mixing network's hidden layer."""
     hypernet_hidden: int = 64
@@ -121,6 +126,21 @@ class QMIXConfig:
     layers."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip."""
+    value_offset: bool = True
+    """Q_tot = the mixer's output + a constant offset: the running mean team reward (of the
+    replayed steps) / (1 - gamma), a state-independent baseline, so the mixer only learns
+    Q_tot's variation around it. Adam moves a bias by about ``learning_rate`` per update,
+    far too slowly to reach returns of -60 in a few thousand updates: without the offset the
+    mixer fits them through its multiplicative paths (elu units saturated at -1 times a
+    growing ``|w2|``), which raises its gain dQ_tot/dQ_a (see ``mixer``), or lags behind the
+    returns (simple_spread, 24k steps: Q_tot about -40 where the offset's runs track the
+    policy's value, about -46). A pure reparameterisation (the targets bootstrap through the
+    same offset), whatever the task; VDN's sum takes it too."""
+    hypernet_gain: float = 0.1
+    """Init gain of the hypernetworks' output layers (orthogonal): small mixing weights and
+    biases at the start, so the mixer starts with a small gain dQ_tot/dQ_a. At 1.0 the gain
+    was about 6 per agent at init and grew to 15-30 on simple_spread, amplifying the noise in
+    the agents' greedy Q-values in the bootstrapped targets until Q_tot diverged."""
     huber: bool = False
     """Huber (smooth L1) TD loss instead of the squared error: bounded gradients for the
     large TD errors of early training."""
@@ -221,6 +241,7 @@ class QMIX(Algorithm):
         backend.copy_weights(self.target, self.online)
         self.optimizer = backend.optimizer(self.online, lr=config.learning_rate)
         self.updates = 0
+        self.reward_stats = np.array([0.0, 1.0, 0.0])  # running mean, variance, count
         self.refresh_policy()
 
     def _build(self) -> Any:
@@ -238,10 +259,10 @@ class QMIX(Algorithm):
         )
         hyper = [c.hypernet_hidden] if c.hypernet_hidden else []
         mixer = bk.group(
-            w1=bk.mlp(s, hyper, a * e, activation="relu"),
-            b1=bk.mlp(s, [], e),
-            w2=bk.mlp(s, hyper, e, activation="relu"),
-            v=bk.mlp(s, [e], 1, activation="relu"),
+            w1=bk.mlp(s, hyper, a * e, activation="relu", out_gain=c.hypernet_gain),
+            b1=bk.mlp(s, [], e, out_gain=c.hypernet_gain),
+            w2=bk.mlp(s, hyper, e, activation="relu", out_gain=c.hypernet_gain),
+            v=bk.mlp(s, [e], 1, activation="relu", out_gain=c.hypernet_gain),
         )
         return bk.group(agent=agent, mixer=mixer)
 
@@ -293,8 +314,18 @@ class QMIX(Algorithm):
         w2 = abs(net["w2"](state))
         return bk.sum(hidden * w2, axis=1) + net["v"](state)[:, 0]
 
+    def _offset(self, batch: Mapping[str, np.ndarray]) -> float:
+        """The constant added to the mixer's output (``value_offset``), after merging the
+        batch's rewards into the running statistics."""
+        c = self.config
+        if not c.value_offset:
+            return 0.0
+        self.reward_stats = _merge_stats(self.reward_stats, batch["rewards"][batch["mask"] > 0])
+        horizon = 1.0 / (1.0 - c.gamma) if c.gamma < 1.0 else float(c.seq_len)
+        return float(self.reward_stats[0] * horizon)
+
     def learn(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
-        """One TD(0) step on a batch of sequences (see :meth:`QMIXAgent.batch`)."""
+        """One TD(lambda) step on a batch of sequences (see :meth:`QMIXAgent.batch`)."""
         bk, c = self.backend, self.config
         steps, b, a = batch["actions"].shape  # (L, B, A) time-major
         rows = b * a
@@ -317,10 +348,16 @@ class QMIX(Algorithm):
             next_state = state[1:].reshape([steps * b, -1])
             next_tot = self._mix(self.target["mixer"], next_values, next_state)
             next_tot = bk.numpy(next_tot).reshape(steps, b)
+            offset = self._offset(batch)
             returns = lambda_returns(
-                batch["rewards"], batch["terminated"], batch["mask"], next_tot, c.gamma, c.td_lambda
+                batch["rewards"],
+                batch["terminated"],
+                batch["mask"],
+                next_tot + offset,
+                c.gamma,
+                c.td_lambda,
             )
-            y = bk.tensor(returns.reshape(-1))
+            y = bk.tensor((returns - offset).reshape(-1).astype(np.float32))
         td = (bk.smooth_l1(q_tot, y) if c.huber else bk.mse(q_tot, y)) * mask
         loss = bk.sum(td) / max(float(batch["mask"].sum()), 1.0)
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
@@ -331,9 +368,10 @@ class QMIX(Algorithm):
             bk.copy_weights(self.target, self.online)
         self.refresh_policy()
         valid = batch["mask"].reshape(-1) > 0
+        q_tot_np = bk.numpy(q_tot) + offset
         return {
             "losses/td_loss": bk.item(loss),
-            "losses/q_tot": float(bk.numpy(q_tot)[valid].mean()) if valid.any() else 0.0,
+            "losses/q_tot": float(q_tot_np[valid].mean()) if valid.any() else 0.0,
             "losses/grad_norm": grad_norm,
         }
 
@@ -345,6 +383,7 @@ class QMIX(Algorithm):
             "target": bk.state(self.target),
             "optimizer": bk.state(self.optimizer),
             "updates": self.updates,
+            "reward_stats": self.reward_stats.copy(),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -353,6 +392,7 @@ class QMIX(Algorithm):
         bk.load_state(self.target, state["target"])
         bk.load_state(self.optimizer, state["optimizer"])
         self.updates = int(state["updates"])
+        self.reward_stats = np.array(state.get("reward_stats", [0.0, 1.0, 0.0]), np.float64)
         self.refresh_policy()
 
     def policy_weights(self) -> dict[str, np.ndarray]:
@@ -612,6 +652,18 @@ def lambda_returns(
             )
         out[t] = rewards[t] + gamma * (1.0 - terminated[t]) * ahead
     return out
+
+
+def _merge_stats(stats: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Running ``[mean, variance, count]`` merged with the samples ``x``."""
+    mean, var, count = stats
+    x = np.asarray(x, np.float64).ravel()
+    if not len(x):
+        return stats
+    total = count + len(x)
+    delta = x.mean() - mean
+    m2 = var * count + x.var() * len(x) + delta**2 * count * len(x) / total
+    return np.array([mean + delta * len(x) / total, m2 / total, total])
 
 
 def _one_hot(index: np.ndarray, n: int) -> np.ndarray:

@@ -156,14 +156,19 @@ def test_maddpg_runs_over_the_actor_farm(tmp_path: Path) -> None:
         tmp_path,
         3_000,
     )
-    result = train(config, registry, pm)
-    assert result.steps >= 3_000
+    assert_farm_trained(train(config, registry, pm), 3_000, "losses/critic_loss")
+
+
+def assert_farm_trained(result: Any, steps: int, loss: str) -> None:
+    """A 2-actor farm run reached ``steps``, its actors delivered steps and the learner's
+    ``loss`` was logged and finite throughout (metrics.csv)."""
+    assert result.steps >= steps
     with (result.run_dir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     farm = [r for r in rows if r.get("farm/actors")]
     assert farm and float(farm[-1]["farm/actors"]) == 2.0
     assert float(farm[-1]["farm/received_steps"]) > 0
-    losses = [float(r["losses/critic_loss"]) for r in rows if r.get("losses/critic_loss")]
+    losses = [float(r[loss]) for r in rows if r.get(loss)]
     assert losses and all(np.isfinite(losses))
 
 
