@@ -45,7 +45,10 @@ ADVERSARY_MARGIN = 5.0
 """The learned adversary's own return over the random adversary's (facing random agents)."""
 
 
-def _config(extra: list[str], seed: int, out: Path, steps: int) -> Any:
+def _config(
+    extra: list[str], seed: int, out: Path, steps: int, user_files: tuple[Path, ...] = ()
+) -> Any:
+    """The mpe_spread pack (with ``user_files`` on top) and the run's overrides."""
     pm = make_plugin_manager()
     registry = collect_registry(pm)
     overrides = [
@@ -56,7 +59,8 @@ def _config(extra: list[str], seed: int, out: Path, steps: int) -> Any:
         "trackers=['csv']",
         "progress=false",
     ]
-    return pm, registry, resolve(layer(find_pack_file(PACK), [], overrides, environ={}), registry)
+    raw = layer(find_pack_file(PACK), list(user_files), overrides, environ={})
+    return pm, registry, resolve(raw, registry)
 
 
 def _score(result: Any, env: str) -> float:

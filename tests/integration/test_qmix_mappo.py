@@ -22,10 +22,10 @@ import pytest
 pytest.importorskip("mpe2", reason="the QMIX and MAPPO checks run on mpe2's particle environments")
 
 from test_maddpg import EVAL_EPISODES, PACK, _info, assert_farm_trained, random_eval
+from test_maddpg import _config as maddpg_config
 
 from harness.api import Transition
 from harness.checkpoint import latest_checkpoint
-from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.pytest_plugin import cpu_backend
 from harness.runtime.run import evaluate, load_agent
@@ -39,18 +39,7 @@ CASES: dict[str, tuple[int, float, float]] = {
 
 def _config(algo: str, extra: list[str], seed: int, out: Path, steps: int) -> Any:
     """The mpe_spread pack with the algorithm's tuned overlay (competitions/mpe_spread/)."""
-    pm = make_plugin_manager()
-    registry = collect_registry(pm)
-    overrides = [
-        *extra,
-        f"seed={seed}",
-        f"total_steps={steps}",
-        f"out='{out}'",
-        "trackers=['csv']",
-        "progress=false",
-    ]
-    raw = layer(find_pack_file(PACK), [PACK / f"{algo}.toml"], overrides, environ={})
-    return pm, registry, resolve(raw, registry)
+    return maddpg_config(extra, seed, out, steps, (PACK / f"{algo}.toml",))
 
 
 def check_learns(algo: str, seed: int, tmp_path: Path, extra: tuple[str, ...] = ()) -> None:
