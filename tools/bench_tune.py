@@ -4,9 +4,11 @@ Each study runs the same 8 trials of fixed length (no pruner, no early stop, see
 TPE's first 10 trials are seeded random draws, so both studies sample the same values) through
 the real `harness tune` command in a subprocess, and the wall-clock of the whole command is
 timed (start-up, the embedded farm for J=2, every trial, the plots). Target: J=2 <= 0.6x J=1
-on 2 cores.
+on 2 cores. The default trial is the cartpole pack's own run (100k env steps, ~11 s); with
+short trials (--steps 16384, ~2 s) J=2's fixed start-up (~2.5 s more than J=1's: the farm's
+fork server imports torch and the plugins before its workers can start) weighs in the ratio.
 
-    .venv/bin/python tools/bench_tune.py [--trials 8] [--steps 16384] [--jobs 1 2] [--repeats R]
+    .venv/bin/python tools/bench_tune.py [--trials 8] [--steps 100000] [--jobs 1 2] [--repeats R]
 
 With --repeats R the J values take turns (order reversed every repeat) and the ratio is taken
 within each repeat; the table also splits each run into time to the first trial, the trials
@@ -91,7 +93,9 @@ def timeline(study_dir: Path, name: str, t0: float, t1: float) -> dict[str, floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=16384, help="env steps per trial")
+    parser.add_argument(
+        "--steps", type=int, default=100_000, help="env steps per trial (the pack's own run)"
+    )
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
         "--repeats", type=int, default=1, help="runs per jobs value, order reversed every repeat"
