@@ -26,6 +26,8 @@ from test_maddpg import _config as maddpg_config
 
 from harness.api import Transition
 from harness.checkpoint import latest_checkpoint
+from harness.config import layer, resolve
+from harness.errors import IncompatibleError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.pytest_plugin import cpu_backend
 from harness.runtime.run import evaluate, load_agent
@@ -306,3 +308,21 @@ def test_mappo_value_norm_survives_a_checkpoint(tmp_path: Path, torch_backend: A
     np.testing.assert_allclose(
         restored.algorithm.values(inputs), agent.algorithm.values(inputs), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize("algo", ["maddpg", "qmix", "mappo"])
+def test_multi_agent_algorithms_refuse_a_single_agent_env(algo: str, tmp_path: Path) -> None:
+    """The reverse of test_pettingzoo's single-agent check: refused at start-up, naming both
+    and the algorithms that fit."""
+    from harness.runtime import train
+
+    pack = tmp_path / "pack.toml"
+    pack.write_text(f'[run]\nalgo = "{algo}"\nenv = "CartPole-v1"\nout = "{tmp_path}"\n')
+    pm = make_plugin_manager()
+    registry = collect_registry(pm)
+    config = resolve(layer(pack, [], [], environ={}), registry)
+    with pytest.raises(IncompatibleError) as err:
+        train(config, registry, pm)
+    message = str(err.value)
+    assert f"'{algo}' is multi-agent, but 'CartPole-v1' is a single-agent env" in message
+    assert "Algorithms that fit: " in message and "ppo" in message
