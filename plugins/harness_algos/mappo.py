@@ -35,7 +35,7 @@ from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Transition, team_rewar
 from harness.data import RolloutBatch, RolloutBuffer
 from harness_algos.onpolicy import ActorCritic
 from harness_algos.ppo import PPO, PPOAgent
-from harness_algos.qmix import Layout
+from harness_algos.qmix import Layout, merge_stats
 
 
 @dataclass
@@ -100,13 +100,7 @@ class ValueNorm:
         self.stats = np.array([0.0, 1.0, 0.0])  # mean, variance, count
 
     def update(self, x: np.ndarray) -> None:
-        mean, var, count = self.stats
-        x = np.asarray(x, np.float64).ravel()
-        n = len(x)
-        total = count + n
-        delta = x.mean() - mean
-        m2 = var * count + x.var() * n + delta**2 * count * n / total
-        self.stats = np.array([mean + delta * n / total, m2 / total, total])
+        self.stats = merge_stats(self.stats, x)
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         mean, var, _ = self.stats

@@ -320,7 +320,7 @@ class QMIX(Algorithm):
         c = self.config
         if not c.value_offset:
             return 0.0
-        self.reward_stats = _merge_stats(self.reward_stats, batch["rewards"][batch["mask"] > 0])
+        self.reward_stats = merge_stats(self.reward_stats, batch["rewards"][batch["mask"] > 0])
         horizon = 1.0 / (1.0 - c.gamma) if c.gamma < 1.0 else float(c.seq_len)
         return float(self.reward_stats[0] * horizon)
 
@@ -654,8 +654,9 @@ def lambda_returns(
     return out
 
 
-def _merge_stats(stats: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Running ``[mean, variance, count]`` merged with the samples ``x``."""
+def merge_stats(stats: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Running ``[mean, variance, count]`` merged with the samples ``x`` (Chan et al.'s
+    parallel update; MAPPO's ValueNorm uses it too)."""
     mean, var, count = stats
     x = np.asarray(x, np.float64).ravel()
     if not len(x):
