@@ -293,9 +293,6 @@ def build_run(
     if resume is not None:
         ckpt = latest_checkpoint(resume)
         check_compatible(read_meta(ckpt), config.run, ckpt)
-        run_dir = Path(resume)
-    else:
-        run_dir = new_run_dir(config)
     if config.run.actors < 0:  # one actor per core of this machine
         config.run.actors = cpu_share()
         config.run.num_envs = max(config.run.num_envs, config.run.actors)
@@ -321,6 +318,8 @@ def build_run(
                     f"(it is {config.run.actors})."
                 )
             agent.load_data()
+        # a new run's directory only once the env, the algorithm and any dataset are accepted
+        run_dir = Path(resume) if resume is not None else new_run_dir(config)
     except BaseException:
         envs.close()
         raise

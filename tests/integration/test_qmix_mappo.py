@@ -326,3 +326,4 @@ def test_multi_agent_algorithms_refuse_a_single_agent_env(algo: str, tmp_path: P
     message = str(err.value)
     assert f"'{algo}' is multi-agent, but 'CartPole-v1' is a single-agent env" in message
     assert "Algorithms that fit: " in message and "ppo" in message
+    assert not list(tmp_path.glob("CartPole-v1__*")), "a refused run left a run directory"
