@@ -105,6 +105,18 @@ def test_mappo_runs_over_the_actor_farm(tmp_path: Path) -> None:
     assert_farm_trained(train(config, registry, pm), 3_000, "losses/value_loss")
 
 
+def test_recurrent_qmix_runs_over_the_actor_farm(tmp_path: Path) -> None:
+    """Two actor processes act with the GRU agent (a hidden state per env of their own) and
+    stream whole episodes' steps into the learner's episode replay, which updates on them."""
+    from harness.runtime import train
+
+    pm, registry, config = _config(
+        "qmix", ["actors=2", "num_envs=2", "eval_episodes=4", *RECURRENT], 1, tmp_path, 3_000
+    )
+    assert config.algo.recurrent
+    assert_farm_trained(train(config, registry, pm), 3_000, "losses/td_loss")
+
+
 # -- unit checks --------------------------------------------------------------------------
 
 
