@@ -368,6 +368,12 @@ class Agent(abc.ABC):
         in which the episodes of the envs in boolean ``mask`` ended, before the next
         ``sample``: per-env acting state (a recurrent state, an ES perturbation) resets here."""
 
+    def predict_episodes_ended(self, mask: np.ndarray) -> None:  # noqa: B027 - optional
+        """The same for :meth:`predict`: called by the evaluation loop before the first
+        ``predict`` (all envs) and after each vector step in which the episodes of the envs in
+        ``mask`` ended. Only an agent whose greedy policy keeps per-env state (a recurrent
+        one, e.g. QMIX with GRU agents) needs it."""
+
     def load_data(self) -> None:  # noqa: B027 - optional
         """Offline agents (:attr:`offline`): read and check the dataset the config names. The
         runner calls it before training; an agent built only to act (``harness eval``, ``harness

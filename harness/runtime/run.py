@@ -761,7 +761,8 @@ def evaluate(
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
     envs = make_envs(config, registry, n, seed=None)
-    # an agent whose greedy policy has a per-env state (a recurrent one: QMIX) resets it here
+    # Agent.predict_episodes_ended (per-env greedy state, e.g. a recurrent QMIX agent); any
+    # object with a predict() can be evaluated, so the hook stays optional here
     predict_ended = getattr(agent, "predict_episodes_ended", None)
     try:
         obs, _ = envs.reset(seed=seed)
