@@ -15,11 +15,12 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
+from harness_algos.moments import NormalizeConfig
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 
 
 @dataclass
-class A2CConfig:
+class A2CConfig(NormalizeConfig):
     """A2C hyper-parameters ([algo] section). Defaults are SB3's, except the optimiser: SB3
     uses RMSprop (alpha 0.99, eps 1e-5), the backends offer Adam, so this is Adam with eps 1e-5
     (it reaches the same CartPole scores; see competitions/cartpole/a2c.toml)."""
@@ -52,6 +53,7 @@ class A2CConfig:
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_steps < 1:
             raise ValueError("n_steps must be >= 1")
         if not 0.0 <= self.gae_lambda <= 1.0:
@@ -125,12 +127,12 @@ class A2CAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, values = self.algorithm.act(obs, self.rng)
+        actions, values = self.algorithm.act(self.policy_obs(obs), self.rng)
         # the unclipped action is what the Gaussian's log-probability is taken of
         return self.to_env(actions), {"action": actions, "value": values}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(obs)[0])
+        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config

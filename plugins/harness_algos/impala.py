@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from harness.api import Backend, EnvInfo
+from harness_algos.moments import NormalizeConfig
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
@@ -39,7 +40,7 @@ CNN_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class IMPALAConfig:
+class IMPALAConfig(NormalizeConfig):
     """IMPALA hyper-parameters ([algo] section). Defaults follow the paper's Atari settings
     where they apply (unroll 20, gamma 0.99, rho_bar = c_bar = 1, entropy 0.01, grad clip 40)."""
 
@@ -81,6 +82,7 @@ class IMPALAConfig:
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.rollout_len < 1 or self.epochs < 1:
             raise ValueError("rollout_len and epochs must be >= 1")
         if self.rho_bar <= 0 or self.c_bar <= 0 or not 0 < self.vtrace_lambda <= 1:
@@ -269,11 +271,11 @@ class IMPALAAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(obs, self.rng)
+        actions, log_probs = self.algorithm.act(self.policy_obs(obs), self.rng)
         return self.to_env(actions), {"log_prob": log_probs, "action": actions}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(obs)[0])
+        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer

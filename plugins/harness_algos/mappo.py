@@ -33,9 +33,10 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Transition, team_reward
 from harness.data import RolloutBatch, RolloutBuffer
+from harness_algos.moments import merge_stats
 from harness_algos.onpolicy import ActorCritic
 from harness_algos.ppo import PPO, PPOAgent
-from harness_algos.qmix import Layout, merge_stats
+from harness_algos.qmix import Layout
 
 
 @dataclass

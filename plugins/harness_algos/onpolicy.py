@@ -35,6 +35,8 @@ import numpy.typing as npt
 
 from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
 from harness.data import RolloutBatch, RolloutBuffer
+from harness.errors import ConfigError
+from harness_algos.moments import NormalizeConfig, RunningMoments
 
 
 def annealed(value: float, progress: float, anneal: bool) -> float:
@@ -81,6 +83,9 @@ class ActorCritic(Algorithm):
         """Tensor dtype of a batch of actions."""
         self.log_std: Any = None
         """Box actions: the state-independent log standard deviation (a backend parameter)."""
+        self.obs_norm: RunningMoments | None = None
+        """With ``normalize_obs``: the observation statistics acting and learning use (set by
+        :class:`RolloutAgent`; checkpointed, and broadcast as ``obs_mean``/``obs_var``)."""
         if not self.discrete:
             self.log_std = backend.parameter(np.full(self.act_dim, log_std_init, np.float32))
 
@@ -163,6 +168,8 @@ class ActorCritic(Algorithm):
         state = {key: bk.state(part) for key, part in self.checkpoint_parts().items()}
         if not self.discrete:
             state["log_std"] = bk.state(self.log_std)
+        if self.obs_norm is not None:
+            state["obs_norm"] = self.obs_norm.state()
         return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -171,17 +178,36 @@ class ActorCritic(Algorithm):
             bk.load_state(part, state[key])
         if not self.discrete:
             bk.load_state(self.log_std, state["log_std"])
+        if self.obs_norm is not None:
+            if "obs_norm" not in state:
+                raise ConfigError(
+                    "algo.normalize_obs = true, but this checkpoint was trained without it "
+                    "(it holds no observation statistics): set algo.normalize_obs = false."
+                )
+            self.obs_norm.load_state(state["obs_norm"])
+        elif "obs_norm" in state:
+            raise ConfigError(
+                "This checkpoint was trained with algo.normalize_obs = true (it holds "
+                "observation statistics the policy needs): set algo.normalize_obs = true."
+            )
         self.refresh_policy()
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         weights = self.backend.get_weights(self.acting_model())
         if not self.discrete:
             weights["log_std"] = self.backend.numpy(self.log_std)
+        if self.obs_norm is not None:
+            weights["obs_mean"] = self.obs_norm.mean.astype(np.float32)
+            weights["obs_var"] = self.obs_norm.var.astype(np.float32)
         return weights
 
     def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         w = dict(weights)
         log_std = w.pop("log_std", None)
+        obs_mean, obs_var = w.pop("obs_mean", None), w.pop("obs_var", None)
+        if self.obs_norm is not None and obs_mean is not None and obs_var is not None:
+            self.obs_norm.mean = np.asarray(obs_mean, np.float64)
+            self.obs_norm.var = np.asarray(obs_var, np.float64)
         self.backend.set_weights(self.acting_model(), w)
         if log_std is not None:
             self.backend.assign(self.log_std, log_std)
@@ -223,6 +249,21 @@ class RolloutAgent(Agent):
             self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
         self._zeros = np.zeros(info.num_envs, np.float32)
         self._last_next_obs: np.ndarray | None = None
+        norm = config if isinstance(config, NormalizeConfig) else NormalizeConfig()
+        self.norm = norm
+        if norm.normalize_obs:
+            if np.dtype(obs_dtype) == np.uint8 or len(info.observation.shape) > 1:
+                raise ConfigError(
+                    f"algo.normalize_obs = true needs flat observations; {info.env_id} gives "
+                    f"{info.observation.dtype} images of shape {info.observation.shape} (the "
+                    "CNN scales frames itself): set algo.normalize_obs = false."
+                )
+            algorithm.obs_norm = RunningMoments(info.observation.shape)
+        self._rollout_obs: list[np.ndarray] = []
+        """With ``normalize_obs``: the raw observations of the rollout being collected."""
+        self.return_norm = RunningMoments() if norm.normalize_reward else None
+        """With ``normalize_reward``: moments of the running discounted returns."""
+        self._returns = np.zeros(info.num_envs, np.float64)
 
     @abc.abstractmethod
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
@@ -233,20 +274,41 @@ class RolloutAgent(Agent):
         """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
         return actions if self.discrete else np.clip(actions, self.low, self.high)
 
+    def policy_obs(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the policy takes them: standardised with ``normalize_obs``
+        (``sample`` and ``predict`` pass the env's through here; the buffer stores these)."""
+        moments = self.algorithm.obs_norm
+        return obs if moments is None else moments.normalize(obs, self.norm.clip_obs)
+
+    def scale_rewards(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """With ``normalize_reward``: rewards divided by the running standard deviation of
+        the discounted return (VecNormalize's formula, per env), clipped."""
+        if self.return_norm is None:
+            return rewards
+        self._returns = self._returns * self.config.gamma + rewards
+        self.return_norm.update(self._returns)
+        self._returns[dones > 0] = 0.0
+        scaled = rewards / np.sqrt(self.return_norm.var + 1e-8)
+        clip = self.norm.clip_reward
+        return np.clip(scaled, -clip, clip).astype(np.float32)
+
     def observe(self, transition: Transition) -> None:
         t = transition
-        rewards = t.rewards.astype(np.float32)
+        if self.algorithm.obs_norm is not None:
+            self._rollout_obs.append(np.asarray(t.obs))
+        obs, next_obs = self.policy_obs(t.obs), self.policy_obs(t.next_obs)
+        dones = (t.terminated | t.truncated).astype(np.float32)
+        rewards = self.scale_rewards(t.rewards.astype(np.float32), dones)
         truncated = t.truncated & ~t.terminated
         if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
             idx = np.flatnonzero(truncated)
-            rewards[idx] += self.config.gamma * self.algorithm.values(t.next_obs[idx])
-        dones = (t.terminated | t.truncated).astype(np.float32)
+            rewards[idx] += self.config.gamma * self.algorithm.values(next_obs[idx])
         # values and log-probs as sample() gave them (A2C's values; PPO's and IMPALA's
         # log-probs), zeros where it gave none (PPO and PG score the values in learn)
         x = t.extras
         values, log_probs = x.get("value", self._zeros), x.get("log_prob", self._zeros)
-        self.buffer.add(t.obs, x["action"], rewards, dones, values, log_probs)
-        self._last_next_obs = t.next_obs
+        self.buffer.add(obs, x["action"], rewards, dones, values, log_probs)
+        self._last_next_obs = next_obs
         self.env_steps += len(t.obs)
 
     def learn(self) -> dict[str, float]:
@@ -255,9 +317,27 @@ class RolloutAgent(Agent):
         lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
         metrics = self.learn_rollout(self._last_next_obs)
         self.buffer.reset()
+        moments = self.algorithm.obs_norm
+        if moments is not None and self._rollout_obs:
+            # the statistics are part of the policy: they change with the weights, at an update
+            moments.update(np.concatenate(self._rollout_obs))
+            self._rollout_obs.clear()
         self.algorithm.refresh_policy()
         metrics["charts/learning_rate"] = lr
         return metrics
+
+    def extra_state(self) -> dict[str, Any]:
+        state = super().extra_state()
+        if self.return_norm is not None:
+            state["return_norm"] = self.return_norm.state()
+            state["running_returns"] = self._returns.tolist()
+        return state
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
+        if self.return_norm is not None and "return_norm" in state:
+            self.return_norm.load_state(state["return_norm"])
+            self._returns = np.asarray(state["running_returns"], np.float64)
 
     def score_rollout(self) -> None:
         """Fill the buffer's values with V of every stored observation, in one batched pass

@@ -17,11 +17,12 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
+from harness_algos.moments import NormalizeConfig
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, annealed
 
 
 @dataclass
-class PGConfig:
+class PGConfig(NormalizeConfig):
     """Policy-gradient hyper-parameters ([algo] section); defaults solve CartPole-v1."""
 
     learning_rate: float = 1e-3
@@ -51,6 +52,7 @@ class PGConfig:
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_steps < 1 or self.value_steps < 0:
             raise ValueError("n_steps must be >= 1 and value_steps >= 0")
 
@@ -145,12 +147,12 @@ class PGAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.algorithm.act(obs, self.rng)
+        actions = self.algorithm.act(self.policy_obs(obs), self.rng)
         # the unclipped action is what the Gaussian's log-probability is taken of
         return self.to_env(actions), {"action": actions}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(obs))
+        return self.to_env(self.algorithm.act(self.policy_obs(obs)))
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config

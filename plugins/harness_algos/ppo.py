@@ -11,11 +11,12 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
+from harness_algos.moments import NormalizeConfig
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(NormalizeConfig):
     """PPO hyper-parameters ([algo] section)."""
 
     learning_rate: float = 3e-4
@@ -56,6 +57,7 @@ class PPOConfig:
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_steps < 1 or self.batch_size < 1 or self.n_epochs < 1:
             raise ValueError("n_steps, batch_size and n_epochs must be >= 1")
 
@@ -173,12 +175,12 @@ class PPOAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(obs, self.rng)
+        actions, log_probs = self.algorithm.act(self.policy_obs(obs), self.rng)
         extras = {"log_prob": log_probs, "action": actions}
         return self.to_env(actions), extras
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(obs)[0])
+        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer

@@ -58,6 +58,7 @@ from harness.api import (
     team_reward,
 )
 from harness.errors import IncompatibleError
+from harness_algos.moments import merge_stats
 
 
 @dataclass
@@ -652,19 +653,6 @@ def lambda_returns(
             )
         out[t] = rewards[t] + gamma * (1.0 - terminated[t]) * ahead
     return out
-
-
-def merge_stats(stats: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Running ``[mean, variance, count]`` merged with the samples ``x`` (Chan et al.'s
-    parallel update; MAPPO's ValueNorm uses it too)."""
-    mean, var, count = stats
-    x = np.asarray(x, np.float64).ravel()
-    if not len(x):
-        return stats
-    total = count + len(x)
-    delta = x.mean() - mean
-    m2 = var * count + x.var() * len(x) + delta**2 * count * len(x) / total
-    return np.array([mean + delta * len(x) / total, m2 / total, total])
 
 
 def _one_hot(index: np.ndarray, n: int) -> np.ndarray:
