@@ -11,6 +11,14 @@ greedily on 10 episodes every 1,000 env steps and stopping at the first mean >= 
 20k budget). Reported: env steps and wall-clock (process start to stop, including its
 evaluations; imports excluded) to the threshold, and the ratio harness / SB3 per seed and of
 the medians. SB3 lives in its own venv (.venv-bench: `pip install stable-baselines3`).
+
+    .venv/bin/python tools/bench_offpolicy.py --per-update [--repeats 3]
+
+measures what bounds that ratio, per gradient step, in the same run: harness's ``learn`` and
+SB3's ``train`` on full replay batches (256 Pendulum transitions, the packs' networks), and
+the physical limit of the maths on this core: the update's matrix products alone (forward,
+weight and input gradients; only what the algorithm needs), timed back to back with the same
+shapes and torch build. Each measurement is a fresh process; the order rotates per repeat.
 """
 
 from __future__ import annotations
@@ -92,6 +100,140 @@ print(json.dumps({"seconds": time.perf_counter() - t, "steps": model.num_timeste
 """
 
 
+HARNESS_UPDATE = r"""
+import json, sys, time
+import numpy as np
+p = json.loads(sys.argv[1])
+from harness_torch.plugin import TorchConfig, load
+from harness.api import EnvInfo, SpaceInfo
+from harness.data import ReplayBatch
+from harness_algos.sac import SAC, SACConfig
+from harness_algos.td3 import TD3, TD3Config
+bk = load(TorchConfig(threads=p["threads"]))
+info = EnvInfo("Pendulum-v1", SpaceInfo("box", (3,), "float32", low=(-8.0,) * 3,
+               high=(8.0,) * 3), SpaceInfo("box", (1,), "float32", low=(-2.0,), high=(2.0,)), 1)
+if p["algo"] == "sac":
+    algo = SAC(bk, info, SACConfig(learning_rate=1e-3))
+else:
+    algo = TD3(bk, info, TD3Config(learning_rate=1e-3, gamma=0.98, hidden=[400, 300]))
+rng = np.random.default_rng(0)
+def batch():
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    return ReplayBatch(f(256, 3), np.clip(f(256, 1), -1, 1), f(256), f(256, 3),
+                       np.zeros(256, np.float32), np.ones(256, np.float32), np.arange(256))
+batches = [batch() for _ in range(32)]
+for i in range(50):
+    algo.learn(batches[i % 32], diagnostics=False)
+t = time.perf_counter()
+for i in range(p["updates"]):
+    algo.learn(batches[i % 32], diagnostics=(i % 1000 == 999))
+print(json.dumps({"ms": (time.perf_counter() - t) / p["updates"] * 1e3}))
+"""
+
+SB3_UPDATE = r"""
+import json, sys, time
+p = json.loads(sys.argv[1])
+import gymnasium as gym, torch
+from stable_baselines3 import SAC, TD3
+from stable_baselines3.common.logger import configure
+torch.set_num_threads(p["threads"])
+kwargs = dict(p["kwargs"], learning_starts=0)
+model = {"sac": SAC, "td3": TD3}[p["algo"]]("MlpPolicy", gym.make("Pendulum-v1"), seed=0,
+                                            device="cpu", verbose=0, **kwargs)
+model.learn(600)  # a few hundred transitions to sample from
+model.set_logger(configure(None, [""]))
+model.train(gradient_steps=50, batch_size=256)
+t = time.perf_counter()
+model.train(gradient_steps=p["updates"], batch_size=256)
+print(json.dumps({"ms": (time.perf_counter() - t) / p["updates"] * 1e3}))
+"""
+
+# The matrix products of one update with each algorithm's shapes (batch 256, Pendulum's 3
+# observations and 1 action): forward passes, weight gradients of what is trained and input
+# gradients where the chain rule needs them. ``members`` = 2 for the twin critics. SAC: actor on
+# obs and next_obs, both critics on (next_obs, a'), (obs, a) and (obs, pi); critic weights
+# trained; the actor loss back through the critics' inputs (no critic weight gradients) into
+# the actor. TD3 (policy delay 2): target actor and both critics every step; every other step
+# the actor and Q1 alone (its loss uses only Q1).
+FLOOR = r"""
+import json, sys, time
+import torch
+p = json.loads(sys.argv[1])
+torch.set_num_threads(p["threads"])
+B, obs, act = 256, 3, 1
+def dims(inp, hidden, out):
+    return [inp, *hidden, out]
+def forward(d, m, w=1.0):
+    return [((m, B, d[i]), (m, d[i], d[i + 1]), w) for i in range(len(d) - 1)]
+def weight_grads(d, m, w=1.0):
+    return [((m, d[i], B), (m, B, d[i + 1]), w) for i in range(len(d) - 1)]
+def input_grads(d, m, first, w=1.0):
+    start = 0 if first else 1
+    return [((m, B, d[i + 1]), (m, d[i + 1], d[i]), w) for i in range(start, len(d) - 1)]
+if p["algo"] == "sac":
+    a, q = dims(obs, [256, 256], 2 * act), dims(obs + act, [256, 256], 1)
+    ops = (forward(a, 1) * 2 + forward(q, 2) * 3 + weight_grads(q, 2) + input_grads(q, 2, False)
+           + input_grads(q, 2, True) + weight_grads(a, 1) + input_grads(a, 1, False))
+else:
+    a, q = dims(obs, [400, 300], act), dims(obs + act, [400, 300], 1)
+    ops = (forward(a, 1) + forward(q, 2) * 2 + weight_grads(q, 2) + input_grads(q, 2, False)
+           + forward(a, 1, 0.5) + forward(q, 1, 0.5) + input_grads(q, 1, True, 0.5)
+           + weight_grads(a, 1, 0.5) + input_grads(a, 1, False, 0.5))
+total = 0.0
+for x_shape, y_shape, weight in ops:
+    x, y = torch.randn(*x_shape), torch.randn(*y_shape)
+    if x_shape[0] == 1:
+        x, y = x[0].contiguous(), y[0].contiguous()
+    mul = torch.bmm if x.dim() == 3 else torch.mm
+    for _ in range(20):
+        mul(x, y)
+    n = 400
+    t = time.perf_counter()
+    for _ in range(n):
+        mul(x, y)
+    total += weight * (time.perf_counter() - t) / n
+flops = sum(2 * w * x[0] * x[1] * x[2] * y[2] for x, y, w in ops)
+print(json.dumps({"ms": total * 1e3, "gflop": flops / 1e9}))
+"""
+
+
+def per_update(args: argparse.Namespace) -> int:
+    """Milliseconds per gradient step: harness, SB3 and the matrix-product floor."""
+    kinds = {
+        "harness": (sys.executable, HARNESS_UPDATE),
+        "sb3": (args.sb3_python, SB3_UPDATE),
+        "floor": (args.sb3_python, FLOOR),
+    }
+    results: dict[str, dict[str, list[float]]] = {a: {k: [] for k in kinds} for a in args.algos}
+    for repeat in range(args.repeats):
+        for algo in args.algos:
+            order = list(kinds)[repeat % 3 :] + list(kinds)[: repeat % 3]
+            for kind in order:
+                python, script = kinds[kind]
+                params = {
+                    "algo": algo,
+                    "threads": args.threads,
+                    "updates": args.updates,
+                    "kwargs": SB3_KWARGS[algo],
+                }
+                row = _run([python, "-c", script, json.dumps(params)])
+                results[algo][kind].append(row["ms"])
+                print(algo, repeat, kind, row, flush=True)
+    print(
+        "\n| algo | harness ms/update | SB3 ms/update | matmul floor ms | harness / SB3 "
+        "| floor / SB3 | harness / floor |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for algo, r in results.items():
+        h, s, f = (statistics.median(r[k]) for k in kinds)
+        print(
+            f"| {algo} | {h:.2f} | {s:.2f} | {f:.2f} | {h / s:.2f}x | {f / s:.2f}x | {h / f:.2f}x |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
 def _run(cmd: list[str]) -> dict[str, float]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
@@ -107,7 +249,16 @@ def main() -> int:
     parser.add_argument("--sb3-python", default=str(ROOT / ".venv-bench" / "bin" / "python"))
     parser.add_argument("--out", default="/tmp/harness-bench-offpolicy")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--per-update",
+        action="store_true",
+        help="time one gradient step (harness, SB3, the matrix-product floor) instead",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="--per-update rounds")
+    parser.add_argument("--updates", type=int, default=1000, help="--per-update steps timed")
     args = parser.parse_args()
+    if args.per_update:
+        return per_update(args)
     rows = []
     for algo in args.algos:
         for i, seed in enumerate(args.seeds):

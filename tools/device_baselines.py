@@ -65,6 +65,7 @@ def run_one(args: argparse.Namespace) -> int:
     row = run_seed(spec, ROOT, args.seed, args.out / "runs" / args.name)
     row["capped"] = row["steps"] < _budget(spec)
     out = args.out / "rows" / f"{args.name}.{args.seed}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"name": args.name, "spec": spec, "row": row}) + "\n")
     print(json.dumps({k: v for k, v in row.items() if k != "eval_curve"}), flush=True)
     return 0
