@@ -72,12 +72,12 @@ class DDPG(ContinuousActorCritic):
         """Every head's greedy action: ``(K, B, act_dim)`` in [-1, 1]."""
         if self._actors is None:
             self._actors = self.backend.inference(self.actors)
-        return np.tanh(np.stack(self._actors(obs)))
+        return np.asarray(np.tanh(np.stack(self._actors(obs))))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         candidates = self.head_actions(obs)
         if self.heads == 1:
-            return candidates[0]
+            return np.asarray(candidates[0])
         if self._critics is None:
             self._critics = self.backend.inference(self.critics)
         o = flat(np.asarray(obs, np.float32))
@@ -86,7 +86,7 @@ class DDPG(ContinuousActorCritic):
             [np.mean(self._critics(np.concatenate([o, a], -1)), axis=0)[:, 0] for a in candidates]
         )
         best = scores.argmax(0)
-        return candidates[best, np.arange(len(o))]
+        return np.asarray(candidates[best, np.arange(len(o))])
 
     def explore(
         self, obs: np.ndarray, rng: np.random.Generator, heads: np.ndarray | None = None

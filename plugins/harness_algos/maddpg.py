@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from harness.api import Algorithm, Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition
+from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition
 from harness.errors import ConfigError
-from harness_algos.offpolicy import ReplayRatioAgent
+from harness_algos.offpolicy import BurstAlgorithm, ReplayRatioAgent
 
 
 @dataclass
@@ -183,7 +183,7 @@ class JointReplay:
         self.pos = int(state["pos"]) % self.capacity
 
 
-class MADDPG(Algorithm):
+class MADDPG(BurstAlgorithm):
     """The networks and the update of every agent at once (see the module docstring)."""
 
     saved = ("actors", "critics", "actors_target", "critics_target", "actor_opt", "critic_opt")

@@ -95,7 +95,17 @@ def gaussian_explore(actions: np.ndarray, std: float, rng: np.random.Generator) 
     return np.clip(actions + rng.normal(0.0, std, actions.shape), -1.0, 1.0)
 
 
-class ContinuousActorCritic(Algorithm):
+class BurstAlgorithm(Algorithm):
+    """An algorithm whose updates come in bursts (a replay ratio paid at once): ``learn`` can
+    leave its losses unread (``diagnostics=False``), so only a burst's last update pays for
+    the read-back."""
+
+    @abc.abstractmethod
+    def learn(self, batch: Any, *, diagnostics: bool = True) -> dict[str, float]:
+        """One update from ``batch``; metrics only when ``diagnostics``."""
+
+
+class ContinuousActorCritic(BurstAlgorithm):
     """The acting and learning surface :class:`OffPolicyAgent` drives. Actions are in [-1, 1].
 
     Checkpoints hold the backend state of every attribute in ``saved`` (models, optimisers)
@@ -184,8 +194,11 @@ class ReplayRatioAgent(Agent):
     has ``learning_starts``, ``batch_size``, ``gradient_steps`` and ``train_freq``."""
 
     replay: Any
+    algorithm: BurstAlgorithm
 
-    def __init__(self, algorithm: Algorithm, info: EnvInfo, config: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, algorithm: BurstAlgorithm, info: EnvInfo, config: Any, **kwargs: Any
+    ) -> None:
         super().__init__(algorithm, info, config, **kwargs)
         self.owed = 0.0
         """Updates earned by env steps and not taken yet (a fraction carries over)."""
@@ -284,7 +297,8 @@ class OffPolicyAgent(ReplayRatioAgent):
         self.env_steps += len(t.obs)
 
     def replay_batch(self) -> ReplayBatch:
-        return self.replay.sample(self.config.batch_size)
+        batch: ReplayBatch = self.replay.sample(self.config.batch_size)
+        return batch
 
 
 def flat(batch: np.ndarray) -> np.ndarray:

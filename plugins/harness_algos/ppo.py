@@ -98,7 +98,7 @@ class PPO(ActorCritic):
         return self.sample_with_log_probs(self._policy(obs)[0], rng)
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        return self._policy(obs)[1][:, 0]
+        return np.asarray(self._policy(obs)[1][:, 0])
 
     def learn(self, batch: RolloutBatch, *, diagnostics: bool = True) -> dict[str, float]:
         """One clipped-surrogate step on ``batch``. Passing the same batch object again (a

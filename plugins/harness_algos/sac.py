@@ -92,11 +92,11 @@ class SAC(ContinuousActorCritic):
         return out[:, : self.act_dim], np.clip(out[:, self.act_dim :], LOG_STD_MIN, LOG_STD_MAX)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return np.tanh(self._mean_log_std(obs)[0])
+        return np.asarray(np.tanh(self._mean_log_std(obs)[0]))
 
     def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         mean, log_std = self._mean_log_std(obs)
-        return np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape))
+        return np.asarray(np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape)))
 
     # -- learning ----------------------------------------------------------------------------
     def _sample_policy(self, obs: Tensor) -> tuple[Tensor, Tensor]:

@@ -62,7 +62,7 @@ class TD3(ContinuousActorCritic):
         self.critic_updates = 0
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return np.tanh(self.numpy_actor()(obs))
+        return np.asarray(np.tanh(self.numpy_actor()(obs)))
 
     def explore(self, obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return gaussian_explore(self.act(obs), self.config.exploration_noise, rng)

@@ -10,14 +10,14 @@ actors fit on two cores.
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 
 class DelayEnv(gym.Env[np.ndarray, np.int64]):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium declares it so
 
     def __init__(self, step_seconds: float = 0.02, episode_steps: int = 200) -> None:
         if step_seconds < 0 or episode_steps < 1:

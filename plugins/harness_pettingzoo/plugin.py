@@ -220,7 +220,7 @@ def constructor(env_id: str, options: PettingZooConfig) -> Callable[[], Any]:
 
 
 def _build_one(env_id: str, build: Callable[..., Any], kwargs: dict[str, Any], aec: bool) -> Any:
-    from pettingzoo import AECEnv, ParallelEnv  # type: ignore[import-untyped]
+    from pettingzoo import AECEnv, ParallelEnv
 
     try:
         env = build(**kwargs)

@@ -236,8 +236,8 @@ class TorchBackend:
         if done is not None:
             done.synchronize()
         np.copyto(host.numpy(), arr, casting="no")
-        out = host.to(self._device, non_blocking=True)
-        done = entry[1] = torch.cuda.Event()
+        out: torch.Tensor = host.to(self._device, non_blocking=True)
+        done = entry[1] = torch.cuda.Event()  # type: ignore[no-untyped-call]
         done.record()
         return out if out.dtype == dtype else out.to(dtype)
 
@@ -356,7 +356,7 @@ class TorchBackend:
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
         else:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         with torch.no_grad():
             # clip_grad_norm_'s arithmetic (same formula and eps) without its per-call
@@ -369,7 +369,7 @@ class TorchBackend:
                 scaler.step(optimizer)  # skipped when a gradient overflowed
                 scaler.update()
             else:
-                _plain_step(type(optimizer))(optimizer)
+                _plain_step(type(optimizer))(optimizer)  # type: ignore[arg-type]
         return float(norm)
 
     def set_lr(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -378,8 +378,8 @@ class TorchBackend:
 
     @torch.no_grad()
     def copy_weights(self, target: nn.Module, source: nn.Module, tau: float = 1.0) -> None:
-        t_params = list(target.parameters())
-        s_params = list(source.parameters())
+        t_params: list[torch.Tensor] = list(target.parameters())
+        s_params: list[torch.Tensor] = list(source.parameters())
         if tau >= 1.0:
             torch._foreach_copy_(t_params, s_params)
         else:
@@ -445,7 +445,7 @@ class TorchBackend:
         torch.manual_seed(seed)
 
     def rng_state(self) -> Any:
-        state = {"cpu": torch.get_rng_state()}
+        state: dict[str, Any] = {"cpu": torch.get_rng_state()}
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
@@ -571,10 +571,10 @@ class _ParallelMLP(nn.Module):
             self.biases.append(nn.Parameter(torch.zeros(k, 1, fan_out)))
 
     def forward(self, x: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if isinstance(x, list | tuple):  # one input per member
-            h = torch.stack([xi.flatten(1) for xi in x])
-        else:
+        if isinstance(x, torch.Tensor):
             h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
+        else:  # one input per member
+            h = torch.stack([xi.flatten(1) for xi in x])
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
@@ -600,6 +600,7 @@ class _CNN(nn.Module):
         for out, kernel, stride in layers:
             conv = nn.Conv2d(c, out, kernel, stride)
             nn.init.orthogonal_(conv.weight, math.sqrt(2))
+            assert conv.bias is not None
             nn.init.zeros_(conv.bias)
             convs += [conv, nn.ReLU()]
             c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1

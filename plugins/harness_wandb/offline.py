@@ -73,7 +73,7 @@ def read_records(path: Path) -> Iterator[Any]:
             parts.append(payload)
         else:
             raise WandbLogError(f"{path}: unknown chunk type {kind}")
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # generated, no stubs
         record.ParseFromString(b"".join(parts))
         yield record
         parts = []

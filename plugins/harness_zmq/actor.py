@@ -668,8 +668,8 @@ def _zygote_main() -> None:
                 os.set_inheritable(received, False)
             request = msgpack.unpackb(data)
             if len(fds) != 2 or request.get("t") != "spawn":
-                for extra in fds:
-                    os.close(extra)
+                for stray in fds:
+                    os.close(stray)
                 continue
             workdir = tempfile.mkdtemp(prefix=f"harness-actor-{request['seq']}-")
             request["zygote_pid"] = os.getpid()
@@ -677,8 +677,8 @@ def _zygote_main() -> None:
                 pid = os.fork()
             except OSError as exc:
                 shutil.rmtree(workdir, ignore_errors=True)
-                for extra in fds:
-                    os.close(extra)
+                for stray in fds:
+                    os.close(stray)
                 send({"t": "error", "seq": request["seq"], "error": f"fork failed: {exc}"})
                 continue
             if pid == 0:  # the actor
@@ -698,8 +698,8 @@ def _zygote_main() -> None:
                         sys.stdout.flush()
                         sys.stderr.flush()
                     os._exit(code)
-            for extra in fds:
-                os.close(extra)
+            for received_fd in fds:
+                os.close(received_fd)
             children[pid] = workdir
             send({"t": "pid", "seq": request["seq"], "pid": pid})
         reap()

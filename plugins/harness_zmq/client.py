@@ -970,14 +970,14 @@ class _Completions(Completions):
             except InterruptedError:
                 events = []
             for fd, _ in events:
-                actor = self._fds.get(fd)
-                if actor is None:
+                owner = self._fds.get(fd)
+                if owner is None:
                     with contextlib.suppress(OSError):
                         self._epoll.unregister(fd)
                     continue
-                actor._read_waiting()
-                self._take(actor)
-                if actor not in self._waiting and (actor._closed or actor._dead is not None):
+                owner._read_waiting()
+                self._take(owner)
+                if owner not in self._waiting and (owner._closed or owner._dead is not None):
                     self._fds.pop(fd, None)  # gone: stop watching it
                     with contextlib.suppress(OSError):
                         self._epoll.unregister(fd)
