@@ -7,6 +7,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -35,12 +36,20 @@ class IncompatibleError(HarnessError):
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """Return ' Did you mean 'x'?' for the closest choice, or a list of the choices."""
+    """Return ' Did you mean 'x'?' for the closest choices (spelled alike, or abbreviated by
+    their words' initials: ``lr`` for ``learning_rate``), or a list of the choices."""
     options = sorted(set(choices))
-    close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+    abbreviated = [c for c in options if len(name) >= 2 and _initials(c) == name.lower()]
+    spelled = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+    close = (abbreviated + [c for c in spelled if c not in abbreviated])[:3]
     if close:
         return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
     if not options:
         return ""
     shown = ", ".join(options[:12]) + (", ..." if len(options) > 12 else "")
     return f" Known: {shown}."
+
+
+def _initials(choice: str) -> str:
+    """First letters of the words of ``choice`` (split at ``_``, ``-``, ``.`` and ``/``)."""
+    return "".join(word[0] for word in re.split(r"[_\-./]+", choice.lower()) if word)

@@ -144,3 +144,13 @@ def test_dump_toml_round_trips(registry: Registry, tmp_path: Path) -> None:
         layer(write(tmp_path, "again.toml", dump_toml(cfg.to_dict())), environ={}), registry
     )
     assert again.to_dict() == cfg.to_dict()
+
+
+def test_did_you_mean_knows_spellings_and_abbreviations() -> None:
+    from harness.errors import did_you_mean
+
+    keys = ["learning_rate", "gae_lambda", "gamma", "batch_size", "buffer_size", "clip_obs"]
+    assert did_you_mean("lr", keys) == " Did you mean 'learning_rate'?"
+    assert did_you_mean("gama", keys) == " Did you mean 'gamma'?"
+    assert "'batch_size'" in did_you_mean("bs", keys)
+    assert did_you_mean("zzz", keys).startswith(" Known: batch_size,")
