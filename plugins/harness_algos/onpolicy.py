@@ -36,7 +36,7 @@ import numpy.typing as npt
 from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError
-from harness_algos.moments import NormalizeConfig, RunningMoments
+from harness_algos.moments import EPS, NormalizeConfig, RunningMoments
 
 
 def annealed(value: float, progress: float, anneal: bool) -> float:
@@ -288,7 +288,7 @@ class RolloutAgent(Agent):
         self._returns = self._returns * self.config.gamma + rewards
         self.return_norm.update(self._returns)
         self._returns[dones > 0] = 0.0
-        scaled = rewards / np.sqrt(self.return_norm.var + 1e-8)
+        scaled = rewards / np.sqrt(self.return_norm.var + EPS)
         clip = self.norm.clip_reward
         return np.clip(scaled, -clip, clip).astype(np.float32)
 
