@@ -140,7 +140,9 @@ class Backend(Protocol):
         Same function as separate :meth:`mlp` s (e.g. an actor and a critic), a fraction of the
         per-operation overhead that dominates small networks. Called with a list of
         ``len(out_dims)`` batches (same batch size) instead of one, member ``j`` takes batch
-        ``j`` (an ensemble's critics scoring each head's own action)."""
+        ``j`` (an ensemble's critics scoring each head's own action). ``model(x, member=j)``
+        evaluates member ``j`` alone (``[output_j]``), e.g. TD3's actor loss, which reads only
+        the first critic: the other members' products are skipped, not computed and dropped."""
         ...
 
     def cnn(

@@ -189,7 +189,7 @@ class BCQ(ContinuousActorCritic):
                 vae_actions = bk.tanh(self.decoder(bk.concat([obs, self._prior_codes(b)])))
             shift = c.phi * bk.tanh(self.actor(bk.concat([obs, vae_actions])))
             perturbed = bk.clip(vae_actions + shift, -1.0, 1.0)
-            actor_loss = -bk.mean(self.critics(bk.concat([obs, perturbed]))[0])
+            actor_loss = -bk.mean(self.critics(bk.concat([obs, perturbed]), member=0)[0])
         bk.update(self.actor_opt, actor_loss)
         bk.copy_weights(self.critics_target, self.critics, tau=c.tau)
         bk.copy_weights(self.actor_target, self.actor, tau=c.tau)

@@ -90,7 +90,7 @@ class TD3(ContinuousActorCritic):
         metrics: dict[str, float] = {}
         if self.critic_updates % c.policy_delay == 0:
             with bk.autocast(), bk.frozen(self.critics):
-                q_pi = self.critics(bk.concat([obs, bk.tanh(self.actor(obs))]))[0]
+                q_pi = self.critics(bk.concat([obs, bk.tanh(self.actor(obs))]), member=0)[0]
                 actor_loss = -bk.mean(q_pi)
             bk.update(self.actor_opt, actor_loss)
             bk.copy_weights(self.actor_target, self.actor, tau=c.tau)

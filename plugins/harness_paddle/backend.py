@@ -587,7 +587,17 @@ class _ParallelMLP(nn.Layer):  # type: ignore[misc]
             b = np.zeros((k, 1, fan_out), np.float32)
             self.biases.append(self.create_parameter(list(b.shape), default_initializer=_const(b)))
 
-    def forward(self, x: Any) -> list[paddle.Tensor]:
+    def forward(self, x: Any, member: int | None = None) -> list[paddle.Tensor]:
+        if member is not None:  # one member alone: plain products with its weight slices
+            if isinstance(x, list | tuple):
+                raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
+            h = x.flatten(1)
+            last = len(self.weights) - 1
+            for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+                h = paddle.matmul(h, w[member]) + b[member]
+                if i < last:
+                    h = self.act(h)
+            return [h[:, : self.out_dims[member]]]
         if isinstance(x, list | tuple):  # one input per member
             h = paddle.stack([xi.flatten(1) for xi in x])
         else:

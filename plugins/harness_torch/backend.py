@@ -88,6 +88,8 @@ class TorchBackend:
         threadpool_limits(threads, user_api="blas")
         if config.deterministic:
             torch.use_deterministic_algorithms(True)
+        # set either way: the flag belongs to the thread (and threads it starts), not the backend
+        torch.set_flush_denormal(config.flush_denormal)
         cuda = self._device.type == "cuda"
         self._amp_dtype: torch.dtype | None = None
         self._scaler: Any = None
@@ -183,7 +185,14 @@ class TorchBackend:
                 f"(at least one each); got {shape}, {channels}, {kernels}, {strides}."
             )
         layers = list(zip(channels, kernels, strides, strict=True))
-        return _CNN(shape, out_dim, layers, scale).to(self._device)
+        net = _CNN(shape, out_dim, layers, scale).to(self._device)
+        if self._device.type == "cpu":
+            # oneDNN's convolutions run on channels-last (NHWC) tensors without reordering:
+            # Nature CNN forward + backward at batch 128, one thread, 154 -> 89 ms; acting at
+            # batch 8, 382 -> 330 us per frame (docs/benchmarks.md). CUDA keeps NCHW (unmeasured)
+            net.channels_last = True
+            net.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        return net
 
     def gru(self, in_dim: int, hidden_dim: int) -> nn.Module:
         return _GRU(in_dim, hidden_dim).to(self._device)
@@ -350,14 +359,16 @@ class TorchBackend:
         *,
         max_grad_norm: float | None = None,
     ) -> float:
-        optimizer.zero_grad(set_to_none=True)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        for p in params:  # zero_grad(set_to_none=True) without its profiler and dynamo wrappers
+            p.grad = None
         scaler = self._scaler
         if scaler is not None:  # fp16: scale the loss, unscale before the norm is taken
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
         else:
             loss.backward()  # type: ignore[no-untyped-call]
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
         with torch.no_grad():
             # clip_grad_norm_'s arithmetic (same formula and eps) without its per-call
             # device/dtype grouping: ~30 us instead of ~125 us for PPO's six tensors
@@ -480,6 +491,7 @@ _ACTIVATION_NAMES: dict[type[nn.Module], str] = {cls: name for name, cls in _ACT
 
 
 def _np32(t: torch.Tensor) -> np.ndarray:
+    """A C-contiguous float32 copy (of a transposed view too: one copy, not two)."""
     return t.detach().to("cpu", torch.float32).numpy().copy()
 
 
@@ -496,7 +508,7 @@ def _numpy_sequential(model: nn.Sequential) -> Callable[[np.ndarray], np.ndarray
     steps: list[tuple[np.ndarray, np.ndarray] | str] = []
     for m in model:
         if isinstance(m, nn.Linear):
-            steps.append((_np32(m.weight).T, _np32(m.bias)))  # torch keeps (out, in)
+            steps.append((_np32(m.weight.T), _np32(m.bias)))  # torch keeps (out, in)
         elif not isinstance(m, nn.Flatten):
             steps.append(_ACTIVATION_NAMES[type(m)])
     return numpy_nets.sequential(steps)
@@ -570,7 +582,19 @@ class _ParallelMLP(nn.Module):
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(torch.zeros(k, 1, fan_out)))
 
-    def forward(self, x: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor | Sequence[torch.Tensor], member: int | None = None
+    ) -> list[torch.Tensor]:
+        if member is not None:  # one member alone: plain products with its weight slices
+            if not isinstance(x, torch.Tensor):
+                raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
+            h = x.flatten(1)
+            last = len(self.weights) - 1
+            for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+                h = torch.addmm(b[member], h, w[member])
+                if i < last:
+                    h = self.act(h)
+            return [h[:, : self.out_dims[member]]]
         if isinstance(x, torch.Tensor):
             h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
         else:  # one input per member
@@ -595,6 +619,7 @@ class _CNN(nn.Module):
     ) -> None:
         super().__init__()
         self.scale = scale
+        self.channels_last = False  # set by TorchBackend.cnn with the weights' layout
         convs: list[nn.Module] = []
         c, h, w = in_shape
         for out, kernel, stride in layers:
@@ -610,6 +635,8 @@ class _CNN(nn.Module):
         self.fc = _init(nn.Linear(c * h * w, out_dim), math.sqrt(2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:  # reordered while still bytes, before the float conversion
+            x = x.contiguous(memory_format=torch.channels_last)
         if not x.is_floating_point():  # uint8 frames: converted here (on the device)
             x = x.float()
         return torch.relu(self.fc(self.convs(x * self.scale).flatten(1)))

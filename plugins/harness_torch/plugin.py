@@ -32,6 +32,11 @@ class TorchConfig:
     pin_memory: bool = True
     """CUDA only: copy big host batches (>= 256 KiB) to the GPU through reusable pinned
     buffers, asynchronously, converting dtypes on the GPU (uint8 frames travel as bytes)."""
+    flush_denormal: bool = True
+    """Treat subnormal floats (|x| < 1.2e-38) as zero on this process's CPU (x86 FTZ/DAZ), as
+    TensorFlow does by default. Adam's moment estimates of units whose gradient stays zero
+    decay into that range, where x86 arithmetic is many times slower: it cost ~1.4 ms of TD3's
+    ~10 ms Pendulum update (docs/benchmarks.md). Numerics change only below 1.2e-38."""
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:

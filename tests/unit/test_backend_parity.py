@@ -155,3 +155,32 @@ def test_sac_update_matches(backends: tuple[Any, Any], shared_noise: None) -> No
     np.testing.assert_allclose(
         pd.numpy(ps.log_alpha), ts.log_alpha.detach().numpy(), rtol=0, atol=ATOL
     )
+
+
+def test_parallel_mlp_member_alone_matches_the_whole(backends: tuple[Any, Any]) -> None:
+    """``model(x, member=j)`` is member j of ``model(x)``: same weights slice, same output."""
+    x = np.random.default_rng(3).standard_normal((BATCH, 5)).astype(np.float32)
+    for bk in backends:
+        net = bk.parallel_mlp(5, [16, 8], [2, 3], activation="relu")
+        whole = [bk.numpy(out) for out in net(bk.tensor(x))]
+        for j, expected in enumerate(whole):
+            (alone,) = net(bk.tensor(x), member=j)
+            np.testing.assert_allclose(bk.numpy(alone), expected, rtol=1e-6, atol=1e-6)
+        with pytest.raises(TypeError, match="takes one batch"):
+            net([bk.tensor(x), bk.tensor(x)], member=0)
+
+
+def test_td3_update_matches(backends: tuple[Any, Any], shared_noise: None) -> None:
+    """Critic and actor step (policy_delay 1): the actor's loss reads the first critic alone."""
+    _, pd = backends
+    tt, pt = make_pair(backends, "td3", PENDULUM, hidden=[64, 64], policy_delay=1)
+    for net in ("actor", "actor_target", "critics", "critics_target"):
+        pd.set_weights(getattr(pt, net), paddle_layout(getattr(tt, net)))
+    batch = replay_batch(np.random.default_rng(4), PENDULUM)
+    t_metrics, p_metrics = tt.learn(batch), pt.learn(batch)
+    assert set(t_metrics) == {"losses/actor_loss", "losses/critic_loss", "losses/q_values"}
+    for key in t_metrics:
+        assert p_metrics[key] == pytest.approx(t_metrics[key], abs=ATOL), key
+    lr = tt.config.learning_rate
+    for net in ("actor", "critics"):
+        assert_same_weights(getattr(tt, net), getattr(pt, net), pd, f"TD3 {net} after a step", lr)

@@ -98,3 +98,59 @@ def test_farm_actors_act_on_cpu() -> None:
     assert acting.run == config.run and acting.algo == config.algo
     plain = replace(config, backend=None)
     assert acting_config(plain) is plain
+
+
+def test_flush_denormal_is_the_default_and_can_be_turned_off() -> None:
+    """Subnormal results become zero in torch and in numpy (the farm's acting path) on the
+    backend's thread and on threads it starts, unless ``flush_denormal = false``."""
+    import threading
+
+    tiny = np.float32(1e-39)  # subnormal: below float32's smallest normal 1.18e-38
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode")
+    torch.set_flush_denormal(False)  # so only the backend can have turned it on
+    try:
+
+        def products() -> list[float]:
+            x = torch.tensor([1e-38], dtype=torch.float32)
+            return [float(x * 0.1), float(np.float32(1e-38) * np.float32(0.1))]
+
+        for flush in (True, False):
+            TorchBackend(TorchConfig(device="cpu", threads=1, flush_denormal=flush))
+            seen: list[float] = []
+            worker = threading.Thread(target=lambda out=seen: out.extend(products()))
+            worker.start()
+            worker.join()
+            expected = [0.0, 0.0] if flush else [pytest.approx(float(tiny), rel=1e-2)] * 2
+            assert products() == expected
+            assert seen == expected
+    finally:
+        torch.set_flush_denormal(True)
+
+
+def test_cpu_cnn_runs_channels_last_with_the_same_numbers() -> None:
+    """The CPU CNN keeps NHWC weights and inputs; outputs, gradients and the weights it hands
+    to actors and checkpoints are those of the plain NCHW network."""
+    from harness_torch.backend import _CNN
+
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1))
+    net = bk.cnn((4, 36, 36), 32, channels=(8, 16), kernels=(4, 3), strides=(2, 1))
+    plain = _CNN((4, 36, 36), 32, [(8, 4, 2), (16, 3, 1)], 1.0 / 255.0)
+    plain.load_state_dict(net.state_dict())
+    conv = net.convs[0].weight
+    assert net.channels_last and conv.is_contiguous(memory_format=torch.channels_last)
+    assert not plain.channels_last and plain.convs[0].weight.is_contiguous()
+    frames = torch.randint(0, 256, (6, 4, 36, 36), dtype=torch.uint8)
+    out, ref = net(frames), plain(frames)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    (out**2).sum().backward()
+    (ref**2).sum().backward()
+    for (name, p), q in zip(net.named_parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    weights = bk.get_weights(net)
+    assert all(w.flags["C_CONTIGUOUS"] for w in weights.values())
+    np.testing.assert_array_equal(weights["convs.0.weight"], plain.convs[0].weight.detach())
+    other = bk.cnn((4, 36, 36), 32, channels=(8, 16), kernels=(4, 3), strides=(2, 1))
+    bk.set_weights(other, weights)
+    assert other.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(other(frames), out.detach())
