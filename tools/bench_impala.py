@@ -20,8 +20,15 @@ Frames are emulator frames (agent steps x the frame skip of 4). Reported: each r
 farm's ratio to the plain envs (measured before and after the others, averaged; target
 >= 85%) and to envs + policy.
 
+``--policy-cost`` measures instead what bounds the ratio on a CPU-only machine: one env
+process alone (microseconds per agent step) against the CNN's forward per observation at
+batch 4-32, in torch's NCHW layout and in the channels-last layout the CPU backend uses, and
+one learner forward + backward at batch 128. An actor that steps its envs and runs the policy
+on the same core can deliver at most ``env / (env + forward)`` of the plain envs.
+
     .venv/bin/python tools/bench_impala.py                          # Pong, 4 envs/actor, 20 s
     .venv/bin/python tools/bench_impala.py --learner update --seconds 30
+    .venv/bin/python tools/bench_impala.py --policy-cost
 """
 
 from __future__ import annotations
@@ -193,6 +200,61 @@ def farm(args: argparse.Namespace) -> tuple[float, Probe]:
     return (probe.step_end - probe.step0) / (probe.t_end - probe.t0), probe
 
 
+def policy_cost(args: argparse.Namespace) -> None:
+    """Env step vs the CNN's forward per observation (see the module docstring)."""
+    import numpy as np
+    import torch
+
+    from harness_torch.backend import _CNN, TorchBackend
+    from harness_torch.plugin import TorchConfig
+
+    one = argparse.Namespace(**{**vars(args), "actors": 1})
+    env_us = 1e6 / reference(one, act=False)  # one process alone: us per agent step
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1))
+    layers = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
+    if args.cnn == "shallow":
+        layers = [(16, 8, 4), (32, 4, 2)]
+    channels, kernels, strides = (list(c) for c in zip(*layers, strict=True))
+    nhwc = bk.cnn((4, 84, 84), 512, channels=channels, kernels=kernels, strides=strides)
+    nchw = _CNN((4, 84, 84), 512, layers, 1.0 / 255.0)
+    nchw.load_state_dict(nhwc.state_dict())
+    rng = np.random.default_rng(0)
+
+    def frames(batch: int) -> torch.Tensor:
+        return torch.as_tensor(rng.integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8))
+
+    def timed(fn: Any, repeats: int) -> float:
+        for _ in range(3):
+            fn()
+        t = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return (time.perf_counter() - t) / repeats
+
+    print(
+        f"bench_impala --policy-cost {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"{args.env}, {args.cnn} CNN, one thread; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"command: .venv/bin/python tools/bench_impala.py --policy-cost --cnn {args.cnn}")
+    print(
+        f"\none env process, random actions: {env_us:.0f} us per agent step ({FRAME_SKIP} frames)"
+    )
+    print("\n| batch | NCHW us/obs | channels-last us/obs | cap NCHW | cap channels-last |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    with torch.no_grad():
+        for batch in (4, 8, 16, 32):
+            x = frames(batch)
+            cost = [timed(lambda m=m, x=x: m(x), 40) / batch * 1e6 for m in (nchw, nhwc)]
+            caps = [env_us / (env_us + c) for c in cost]
+            print(f"| {batch} | {cost[0]:.0f} | {cost[1]:.0f} | {caps[0]:.0%} | {caps[1]:.0%} |")
+    x = frames(128)
+    train = [timed(lambda m=m, x=x: m(x).square().sum().backward(), 5) * 1e3 for m in (nchw, nhwc)]
+    print(
+        f"\nlearner forward + backward, batch 128: NCHW {train[0]:.0f} ms, channels-last "
+        f"{train[1]:.0f} ms"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="ALE/Pong-v5")
@@ -204,7 +266,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
     p.add_argument("--cnn", choices=["nature", "shallow"], default="nature")
     p.add_argument("--learner", choices=["skip", "update"], default="skip")
+    p.add_argument(
+        "--policy-cost",
+        action="store_true",
+        help="measure env step vs CNN forward per observation instead (what bounds the ratio)",
+    )
     args = p.parse_args(argv)
+    if args.policy_cost:
+        policy_cost(args)
+        return
 
     load0 = os.getloadavg()
     # the plain envs before and after: on a shared machine the load drifts between windows
