@@ -188,8 +188,8 @@ class TorchBackend:
         net = _CNN(shape, out_dim, layers, scale).to(self._device)
         if self._device.type == "cpu":
             # oneDNN's convolutions run on channels-last (NHWC) tensors without reordering:
-            # Nature CNN forward + backward at batch 128, one thread, 154 -> 89 ms; acting at
-            # batch 8, 382 -> 330 us per frame (docs/benchmarks.md). CUDA keeps NCHW (unmeasured)
+            # Nature CNN forward + backward at batch 128, one thread, 124 -> 79 ms; acting at
+            # batch 4-32 about the same (docs/benchmarks.md). CUDA keeps NCHW (unmeasured)
             net.channels_last = True
             net.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return net
