@@ -588,26 +588,23 @@ class _ParallelMLP(nn.Layer):  # type: ignore[misc]
             self.biases.append(self.create_parameter(list(b.shape), default_initializer=_const(b)))
 
     def forward(self, x: Any, member: int | None = None) -> list[paddle.Tensor]:
-        if member is not None:  # one member alone: plain products with its weight slices
+        weights, biases, dims = list(self.weights), list(self.biases), self.out_dims
+        if member is not None:  # that member's weight slices alone, as a stack of one
             if isinstance(x, list | tuple):
                 raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
-            h = x.flatten(1)
-            last = len(self.weights) - 1
-            for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-                h = paddle.matmul(h, w[member]) + b[member]
-                if i < last:
-                    h = self.act(h)
-            return [h[:, : self.out_dims[member]]]
+            weights = [w[member : member + 1] for w in weights]
+            biases = [b[member : member + 1] for b in biases]
+            dims = [dims[member]]
         if isinstance(x, list | tuple):  # one input per member
             h = paddle.stack([xi.flatten(1) for xi in x])
         else:
             h = x.flatten(1)  # (B, in) @ (k, in, out) broadcasts to (k, B, out)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+        last = len(weights) - 1
+        for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
             h = paddle.matmul(h, w) + b
             if i < last:
                 h = self.act(h)
-        return [h[j, :, :d] for j, d in enumerate(self.out_dims)]
+        return [h[j, :, :d] for j, d in enumerate(dims)]
 
 
 class _CNN(nn.Layer):  # type: ignore[misc]

@@ -585,26 +585,23 @@ class _ParallelMLP(nn.Module):
     def forward(
         self, x: torch.Tensor | Sequence[torch.Tensor], member: int | None = None
     ) -> list[torch.Tensor]:
-        if member is not None:  # one member alone: plain products with its weight slices
+        weights, biases, dims = list(self.weights), list(self.biases), self.out_dims
+        if member is not None:  # that member's weight slices alone, as a stack of one
             if not isinstance(x, torch.Tensor):
                 raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
-            h = x.flatten(1)
-            last = len(self.weights) - 1
-            for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-                h = torch.addmm(b[member], h, w[member])
-                if i < last:
-                    h = self.act(h)
-            return [h[:, : self.out_dims[member]]]
+            weights = [w[member : member + 1] for w in weights]
+            biases = [b[member : member + 1] for b in biases]
+            dims = [dims[member]]
         if isinstance(x, torch.Tensor):
-            h = x.flatten(1).unsqueeze(0).expand(len(self.out_dims), -1, -1)
+            h = x.flatten(1).unsqueeze(0).expand(len(dims), -1, -1)
         else:  # one input per member
             h = torch.stack([xi.flatten(1) for xi in x])
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+        last = len(weights) - 1
+        for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < last:
                 h = self.act(h)
-        return [h[j, :, :d] for j, d in enumerate(self.out_dims)]
+        return [h[j, :, :d] for j, d in enumerate(dims)]
 
 
 class _CNN(nn.Module):
