@@ -34,6 +34,7 @@ on the same core can deliver at most ``env / (env + forward)`` of the plain envs
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import shutil
@@ -205,19 +206,18 @@ def policy_cost(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
-    from harness_torch.backend import _CNN, TorchBackend
+    from harness_algos.impala import CNN_PRESETS
+    from harness_torch.backend import TorchBackend
     from harness_torch.plugin import TorchConfig
 
     one = argparse.Namespace(**{**vars(args), "actors": 1})
     env_us = 1e6 / reference(one, act=False)  # one process alone: us per agent step
     bk = TorchBackend(TorchConfig(device="cpu", threads=1))
-    layers = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
-    if args.cnn == "shallow":
-        layers = [(16, 8, 4), (32, 4, 2)]
-    channels, kernels, strides = (list(c) for c in zip(*layers, strict=True))
-    nhwc = bk.cnn((4, 84, 84), 512, channels=channels, kernels=kernels, strides=strides)
-    nchw = _CNN((4, 84, 84), 512, layers, 1.0 / 255.0)
-    nchw.load_state_dict(nhwc.state_dict())
+    preset = dict(CNN_PRESETS[args.cnn])  # IMPALA's trunk, as the farm actors build it
+    nhwc = bk.cnn((4, 84, 84), preset.pop("out_dim"), **preset)
+    nchw = copy.deepcopy(nhwc)  # the same weights in torch's default layout
+    nchw.channels_last = False
+    nchw.convs.to(memory_format=torch.contiguous_format)
     rng = np.random.default_rng(0)
 
     def frames(batch: int) -> torch.Tensor:
