@@ -23,11 +23,14 @@ farm's ratio to the plain envs (measured before and after the others, averaged; 
 ``--policy-cost`` measures instead what bounds the ratio on a CPU-only machine: one env
 process alone (microseconds per agent step) against the CNN's forward per observation at
 batch 4-32, in torch's NCHW layout and in the channels-last layout the CPU backend uses, and
-one learner forward + backward at batch 128. An actor that steps its envs and runs the policy
-on the same core can deliver at most ``env / (env + forward)`` of the plain envs.
+one learner forward + backward at batch 128, and the int8 copy ``[backend] int8_acting`` acts
+with (``--int8`` runs the farm with it) and its cost per weights refresh. An actor that steps
+its envs and runs the policy on the same core can deliver at most ``env / (env + forward)`` of
+the plain envs.
 
     .venv/bin/python tools/bench_impala.py                          # Pong, 4 envs/actor, 20 s
     .venv/bin/python tools/bench_impala.py --learner update --seconds 30
+    .venv/bin/python tools/bench_impala.py --envs-per-actor 32 --int8
     .venv/bin/python tools/bench_impala.py --policy-cost
 """
 
@@ -71,6 +74,7 @@ def build_config(
         "trackers=[]",
         "progress=false",
         "backend.threads=1",
+        f"backend.int8_acting={str(args.int8).lower()}",
         f"out='{out}'",
     ]
     return resolve(layer(None, [], base + list(overrides), environ={}), registry), registry
@@ -208,6 +212,7 @@ def policy_cost(args: argparse.Namespace) -> None:
 
     from harness_algos.impala import CNN_PRESETS
     from harness_torch.backend import TorchBackend
+    from harness_torch.int8 import Int8CNN
     from harness_torch.plugin import TorchConfig
 
     one = argparse.Namespace(**{**vars(args), "actors": 1})
@@ -239,14 +244,30 @@ def policy_cost(args: argparse.Namespace) -> None:
     print(
         f"\none env process, random actions: {env_us:.0f} us per agent step ({FRAME_SKIP} frames)"
     )
-    print("\n| batch | NCHW us/obs | channels-last us/obs | cap NCHW | cap channels-last |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    int8 = Int8CNN(nhwc)  # what [backend] int8_acting builds for acting
+    print(
+        "\n| batch | NCHW us/obs | channels-last us/obs | int8 us/obs "
+        "| cap NCHW | cap channels-last | cap int8 |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with torch.no_grad():
         for batch in (4, 8, 16, 32):
             x = frames(batch)
             cost = [timed(lambda m=m, x=x: m(x), 40) / batch * 1e6 for m in (nchw, nhwc)]
-            caps = [env_us / (env_us + c) for c in cost]
-            print(f"| {batch} | {cost[0]:.0f} | {cost[1]:.0f} | {caps[0]:.0%} | {caps[1]:.0%} |")
+            x_np = x.numpy()
+            cost.append(timed(lambda x_np=x_np: int8(x_np), 40) / batch * 1e6)
+            caps = " | ".join(f"{env_us / (env_us + c):.0%}" for c in cost)
+            print(f"| {batch} | {cost[0]:.0f} | {cost[1]:.0f} | {cost[2]:.0f} | {caps} |")
+    x_np = frames(16).numpy()
+
+    def refresh() -> None:
+        int8.load()  # after new weights: re-quantize, then calibrate on the next batch
+        int8(x_np)
+
+    print(
+        f"\nint8 refresh (re-quantize the weights, calibrate and run one batch of 16), once per "
+        f"weights version: {timed(refresh, 10) * 1e3:.1f} ms"
+    )
     x = frames(128)
     train = [timed(lambda m=m, x=x: m(x).square().sum().backward(), 5) * 1e3 for m in (nchw, nhwc)]
     print(
@@ -266,6 +287,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lag", type=int, default=2, help="run.max_policy_lag")
     p.add_argument("--cnn", choices=["nature", "shallow"], default="nature")
     p.add_argument("--learner", choices=["skip", "update"], default="skip")
+    p.add_argument(
+        "--int8", action="store_true", help="[backend] int8_acting: the actors' CNN in int8"
+    )
     p.add_argument(
         "--policy-cost",
         action="store_true",

@@ -330,32 +330,27 @@ class FarmCollector:
         width: int,
         finished: list[Episode],
     ) -> None:
-        """Observe ``chunks`` side by side (their envs concatenated), step by step."""
+        """Observe ``chunks`` side by side (their envs concatenated), step by step. Each
+        step's arrays are joined on their own: joining whole chunks first would allocate
+        rollout-sized arrays (tens of MB of Atari frames) that the allocator maps fresh every
+        iteration, page faults included (measured 106 vs 13 ms for two 32-env chunks)."""
         for chunk in chunks:
             finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
-
-        def side_by_side(*parts: np.ndarray) -> np.ndarray:
-            return np.concatenate(parts, axis=1)
-
-        if len(chunks) == 1:
-            joined = {name: chunks[0][name] for name in _FIELDS}
-            extras = chunks[0]["extras"]
-        else:
-            joined = {
-                name: tree_map(side_by_side, chunks[0][name], *(c[name] for c in chunks[1:]))
-                for name in _FIELDS
-            }
-            extras = {
-                key: side_by_side(*(c["extras"][key] for c in chunks))
-                for key in chunks[0]["extras"]
-            }
+        extras_keys = list(chunks[0]["extras"])
         for t in range(self.steps):
 
-            def at(a: np.ndarray, t: int = t) -> Any:
-                return a[t]
+            def side_by_side(*parts: np.ndarray, t: int = t) -> np.ndarray:
+                if len(parts) == 1:
+                    return np.asarray(parts[0][t])
+                return np.concatenate([part[t] for part in parts])
 
-            fields = [tree_map(at, joined[name]) for name in _FIELDS]
-            step_extras = {key: value[t] for key, value in extras.items()}
+            fields = [
+                tree_map(side_by_side, chunks[0][name], *(c[name] for c in chunks[1:]))
+                for name in _FIELDS
+            ]
+            step_extras = {
+                key: side_by_side(*(c["extras"][key] for c in chunks)) for key in extras_keys
+            }
             run.agent.observe(Transition(*fields, step_extras))  # type: ignore[call-arg]
             run.step += width
         self.received_steps += self.steps * width

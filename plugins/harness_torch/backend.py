@@ -8,6 +8,7 @@ import functools
 import itertools
 import logging
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -21,6 +22,8 @@ from torch import nn
 from harness import numpy_nets
 from harness.cpus import cpu_share
 from harness.errors import ConfigError
+from harness_torch import int8
+from harness_torch.int8 import Int8CNN
 from harness_torch.plugin import TorchConfig
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,12 @@ class TorchBackend:
         self._pin = cuda and config.pin_memory
         self._staging: dict[tuple[Any, ...], list[Any]] = {}  # key -> [pinned tensor, event]
         self._nvml: Any = None  # (pynvml, handle) once looked up; False when unavailable
+        self._int8: weakref.WeakKeyDictionary[nn.Module, Int8CNN] | None = None
+        if config.int8_acting and not cuda:
+            reason = int8.supported()
+            if reason is not None:
+                raise ConfigError(f"[backend] int8_acting = true, but {reason}; set it false.")
+            self._int8 = weakref.WeakKeyDictionary()
         log.info(
             "torch %s on %s with %d threads%s",
             torch.__version__,
@@ -209,6 +218,13 @@ class TorchBackend:
                 _np32(model.hh.weight).T,
                 _np32(model.hh.bias),
             )
+        if isinstance(model, _CNN) and self._int8 is not None:
+            copy = self._int8.get(model)
+            if copy is None:
+                copy = self._int8[model] = Int8CNN(model)
+            else:
+                copy.load()  # the trunk's current weights (a refresh after set_weights)
+            return copy
         if isinstance(model, _ParallelMLP) and type(model.act) in _ACTIVATION_NAMES:
             return _numpy_parallel(model)
         if isinstance(model, nn.Sequential) and all(

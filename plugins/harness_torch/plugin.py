@@ -37,6 +37,12 @@ class TorchConfig:
     TensorFlow does by default. Adam's moment estimates of units whose gradient stays zero
     decay into that range, where x86 arithmetic is many times slower: it cost ~1.4 ms of TD3's
     ~10 ms Pendulum update (docs/benchmarks.md). Numerics change only below 1.2e-38."""
+    int8_acting: bool = False
+    """CPU acting copies of CNN trunks (``inference``: farm actors, serial acting, evaluation)
+    run in int8 (per-channel weights, activation ranges calibrated on the first batch after
+    each refresh): the Nature CNN 3-4x faster per observation on x86, features within ~1% of
+    float. The learner trains in float32; IMPALA's V-trace and PPO's ratio correct for the
+    difference through the recorded behaviour log-probabilities. MLPs are unaffected."""
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:

@@ -254,3 +254,25 @@ def test_impala_serial_solves_cartpole(seed: int, tmp_path: Path) -> None:
     mean, run_dir = train_and_reevaluate(["actors=0"], seed, tmp_path)
     assert mean >= THRESHOLD, f"IMPALA (serial) seed {seed}: fresh 20-episode mean {mean:.1f}"
     assert not any("farm/actors" in r for r in read_metrics(run_dir))
+
+
+def test_int8_acting_records_its_own_log_probs_for_v_trace() -> None:
+    """With ``[backend] int8_acting`` the behaviour log-probabilities are the int8 policy's:
+    the learner, scoring in float32, sees importance weights near 1 but not exactly 1, which
+    V-trace corrects like policy lag."""
+    pytest.importorskip("torch")
+    from harness_torch.plugin import TorchConfig, load
+
+    backend = load(TorchConfig(device="cpu", threads=1, int8_acting=True))
+    agent = make_agent(FRAMES, backend, IMPALAConfig(rollout_len=3, cnn="shallow"), seed=0)
+    rng = np.random.default_rng(2)
+    obs = rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+    for _ in range(3):
+        actions, extras = agent.sample(obs)
+        next_obs = rng.integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+        done = np.zeros(2, bool)
+        agent.observe(Transition(obs, actions, np.ones(2), next_obs, done, done, extras))
+        obs = next_obs
+    rho_mean = agent.learn()["vtrace/rho_mean"]
+    assert rho_mean == pytest.approx(1.0, abs=0.05)
+    assert abs(rho_mean - 1.0) > 1e-6  # float32 scoring of int8 behaviour is not exact

@@ -154,3 +154,47 @@ def test_cpu_cnn_runs_channels_last_with_the_same_numbers() -> None:
     bk.set_weights(other, weights)
     assert other.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(other(frames), out.detach())
+
+
+def _relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def test_int8_acting_cnn_follows_the_float_trunk_and_its_refreshes() -> None:
+    """``int8_acting``: the CNN's acting copy runs quantized kernels, its features are the
+    float trunk's within quantization error (uint8 frames and float inputs), and a refresh
+    after ``set_weights`` follows the new weights. Off, the copy is exactly the float
+    forward."""
+    from harness_torch.int8 import Int8CNN
+
+    frames = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+    plain = TorchBackend(TorchConfig(device="cpu", threads=1))
+    net = plain.cnn((4, 84, 84), 256, channels=(16, 32), kernels=(8, 4), strides=(4, 2))
+    ref = plain.numpy(net(plain.tensor(frames, "uint8")))
+    np.testing.assert_array_equal(plain.inference(net)(frames), ref)  # off: the float forward
+
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1, int8_acting=True))
+    acting = bk.inference(net)
+    assert isinstance(acting, Int8CNN)
+    out = acting(frames)
+    assert out.dtype == np.float32 and out.shape == ref.shape
+    assert 0.0 < _relative_error(out, ref) < 0.04
+    assert np.corrcoef(out.ravel(), ref.ravel())[0, 1] > 0.999
+
+    floats = np.random.default_rng(1).normal(0.0, 60.0, (8, 4, 84, 84)).astype(np.float32)
+    float_ref = bk.numpy(net(bk.tensor(floats)))
+    assert _relative_error(bk.inference(net)(floats), float_ref) < 0.04
+
+    other = plain.cnn((4, 84, 84), 256, channels=(16, 32), kernels=(8, 4), strides=(4, 2))
+    bk.set_weights(net, bk.get_weights(other))
+    refreshed = bk.inference(net)(frames)
+    new_ref = plain.numpy(other(plain.tensor(frames, "uint8")))
+    assert _relative_error(refreshed, new_ref) < 0.04
+    assert _relative_error(refreshed, ref) > 0.5  # not the old weights' features
+
+
+def test_int8_acting_leaves_mlps_in_float() -> None:
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1, int8_acting=True))
+    net = bk.mlp(4, [16], 2)
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_allclose(bk.inference(net)(x), bk.numpy(net(bk.tensor(x))), atol=1e-6)
