@@ -2,7 +2,7 @@
 
 An actor that runs the Nature CNN on its own CPU spends about as long on the forward pass as
 on the Atari step itself (docs/benchmarks.md). On x86 CPUs with VNNI, torch's quantized
-convolutions run the same trunk 2-4x faster per observation (``tools/bench_impala.py
+kernels run the same trunk 2.5-3x faster per observation (``tools/bench_impala.py
 --policy-cost`` measures it beside the float layouts).
 
 The copy is built from the float weights at each refresh:
@@ -36,10 +36,13 @@ CALIBRATION_ROWS = 8
 forward pass on them: a cost per refresh, not per batch)."""
 
 
+ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
+"""torch's quantized CPU engines, preferred first (x86 picks fbgemm or oneDNN per op)."""
+
+
 def supported() -> str | None:
     """Why int8 acting cannot run in this torch build, or None when it can."""
-    engines = [e for e in ("x86", "fbgemm", "onednn", "qnnpack") if e in _engines()]
-    if not engines:
+    if not set(ENGINES) & set(torch.backends.quantized.supported_engines):
         return f"torch {torch.__version__} has no quantized CPU engine"
     try:
         from torch.ao.nn.intrinsic import quantized  # noqa: F401
@@ -48,16 +51,11 @@ def supported() -> str | None:
     return None
 
 
-def _engines() -> list[str]:
-    return list(torch.backends.quantized.supported_engines)
-
-
 def _select_engine() -> None:
-    for engine in ("x86", "fbgemm", "onednn", "qnnpack"):
-        if engine in _engines():
-            if torch.backends.quantized.engine != engine:
-                torch.backends.quantized.engine = engine
-            return
+    available = torch.backends.quantized.supported_engines
+    engine = next(e for e in ENGINES if e in available)  # (supported() checked there is one)
+    if torch.backends.quantized.engine != engine:
+        torch.backends.quantized.engine = engine
 
 
 def _per_channel(weight: torch.Tensor) -> torch.Tensor:

@@ -198,3 +198,17 @@ def test_int8_acting_leaves_mlps_in_float() -> None:
     net = bk.mlp(4, [16], 2)
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     np.testing.assert_allclose(bk.inference(net)(x), bk.numpy(net(bk.tensor(x))), atol=1e-6)
+
+
+def test_int8_acting_without_quantized_kernels_names_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A torch build without quantized CPU engines stops at start-up with the key named (real
+    engine list emptied, not the check replaced)."""
+    from harness.errors import ConfigError
+
+    quantized = type(torch.backends.quantized)  # a module object whose attributes are properties
+    monkeypatch.setattr(quantized, "supported_engines", property(lambda self: ["none"]))
+    with pytest.raises(ConfigError, match=r"int8_acting = true.*no quantized CPU engine.*false"):
+        TorchBackend(TorchConfig(device="cpu", threads=1, int8_acting=True))
+    TorchBackend(TorchConfig(device="cpu", threads=1))  # off: nothing is checked
