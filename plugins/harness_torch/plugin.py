@@ -37,6 +37,13 @@ class TorchConfig:
     TensorFlow does by default. Adam's moment estimates of units whose gradient stays zero
     decay into that range, where x86 arithmetic is many times slower: it cost ~1.4 ms of TD3's
     ~10 ms Pendulum update (docs/benchmarks.md). Numerics change only below 1.2e-38."""
+    reuse_freed_memory: bool = True
+    """glibc hosts: keep freed host memory mapped for reuse (``mallopt``: allocations below
+    32 MiB from the heap, up to 256 MiB of free heap kept) instead of handing it back to the
+    kernel. An update frees and re-allocates megabytes of activations and gradients; with
+    glibc's defaults each reuse maps fresh pages, a page fault and a zeroing per 4 KiB
+    (200-390 per SAC/TD3 Pendulum update, docs/benchmarks.md). Process-wide and sticky once
+    set; false leaves the allocator alone. No effect without glibc."""
     int8_acting: bool = False
     """CPU acting copies of CNN trunks (``inference``: farm actors, serial acting, evaluation)
     run in int8 (per-channel weights, activation ranges calibrated on the first batch after
