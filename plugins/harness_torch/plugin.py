@@ -42,7 +42,7 @@ class TorchConfig:
     32 MiB from the heap, up to 256 MiB of free heap kept) instead of handing it back to the
     kernel. An update frees and re-allocates megabytes of activations and gradients; with
     glibc's defaults each reuse maps fresh pages, a page fault and a zeroing per 4 KiB
-    (200-390 per SAC/TD3 Pendulum update, docs/benchmarks.md). Process-wide and sticky once
+    (200-460 per SAC/TD3 Pendulum update, docs/benchmarks.md). Process-wide and sticky once
     set; false leaves the allocator alone. No effect without glibc."""
     int8_acting: bool = False
     """CPU acting copies of CNN trunks (``inference``: farm actors, serial acting, evaluation)
