@@ -258,6 +258,7 @@ def test_int8_acting_cnn_follows_the_float_trunk_and_its_refreshes() -> None:
 
     frames = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
     plain = TorchBackend(TorchConfig(device="cpu", threads=1))
+    plain.seed(0)  # the same weights every run: a CPU's quantization error is then fixed
     net = plain.cnn((4, 84, 84), 256, channels=(16, 32), kernels=(8, 4), strides=(4, 2))
     ref = plain.numpy(net(plain.tensor(frames, "uint8")))
     np.testing.assert_array_equal(plain.inference(net)(frames), ref)  # off: the float forward
@@ -280,6 +281,25 @@ def test_int8_acting_cnn_follows_the_float_trunk_and_its_refreshes() -> None:
     new_ref = plain.numpy(other(plain.tensor(frames, "uint8")))
     assert _relative_error(refreshed, new_ref) < 0.04
     assert _relative_error(refreshed, ref) > 0.5  # not the old weights' features
+
+
+def test_int8_acting_does_not_saturate_on_bright_frames() -> None:
+    """White frames through all-positive weights: the largest products the first layer can
+    see. CPUs without VNNI add u8 x s8 pairs in int16; with full-range int8 weights those
+    sums saturate and the features come out ~half their value (harness_torch.int8
+    .weight_levels)."""
+    import torch
+
+    bk = TorchBackend(TorchConfig(device="cpu", threads=1, int8_acting=True))
+    net = bk.cnn((4, 84, 84), 64, channels=(16, 32), kernels=(8, 4), strides=(4, 2))
+    with torch.no_grad():
+        for layer in [*net.convs, net.fc]:
+            if isinstance(layer, torch.nn.Conv2d | torch.nn.Linear):
+                layer.weight.fill_(0.01)
+                layer.bias.zero_()
+    frames = np.full((4, 4, 84, 84), 255, np.uint8)
+    ref = bk.numpy(net(bk.tensor(frames, "uint8")))
+    assert _relative_error(bk.inference(net)(frames), ref) < 0.01
 
 
 def test_int8_acting_leaves_mlps_in_float() -> None:
