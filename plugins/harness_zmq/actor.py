@@ -184,6 +184,7 @@ class ActorProcess:
         self._exitcode: int | None = None
         self._error: str | None = None
         self._lock = threading.Lock()
+        self._fds_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<actor process {self.actor_id} pid={self._pid} exitcode={self._exitcode}>"
@@ -310,17 +311,16 @@ class ActorProcess:
                 with contextlib.suppress(OSError):
                     os.close(self._ready_fd)
                 self._ready_fd = None
-            if self._sentinel >= 0:
-                if self._exitcode is None and self._error is None:
-                    with contextlib.suppress(Exception):
-                        self.exitcode  # noqa: B018 - cache it while the sentinel still works
-                with contextlib.suppress(OSError):
-                    os.close(self._sentinel)
-                self._sentinel = -1
-            if self._pidfd is not None and self._pidfd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(self._pidfd)
-            self._pidfd = -1
+            if self._sentinel >= 0 and self._exitcode is None and self._error is None:
+                with contextlib.suppress(Exception):
+                    self.exitcode  # noqa: B018 - cache it while the sentinel still works
+            with self._fds_lock:  # a second close() (another thread) finds -1: no double close
+                fds = [self._sentinel, -1 if self._pidfd is None else self._pidfd]
+                self._sentinel = self._pidfd = -1
+            for fd in fds:
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
         finally:
             if locked:
                 self._lock.release()
@@ -418,6 +418,15 @@ class ActorLauncher:
             proc = ActorProcess(self, self._seq, str(actor_id), ready_r, sentinel_r)
             self._procs[self._seq] = proc
             return proc
+
+    def warm(self) -> None:
+        """Start the zygote now rather than with the first actor: a caller with deadlines of
+        its own (a cluster worker's heartbeats) then never waits for its imports in
+        :meth:`start`."""
+        with self._lock:
+            if self._closed:
+                raise HarnessError("this actor launcher is closed")
+            self._ensure_zygote()
 
     @property
     def processes(self) -> list[ActorProcess]:

@@ -76,6 +76,7 @@ from harness_zmq.actor import (
     send_frames,
 )
 from harness_zmq.security import Guard, Keys, host_of, is_loopback, load_keys
+from harness_zmq.wakeup import WakePipe
 
 __all__ = ["ZmqActor", "ZmqClient", "connect", "shipped_sources"]
 
@@ -1013,9 +1014,7 @@ class _Receiver:
         self._wake_at = float("inf")  # when the thread wakes by itself
         self._thread: threading.Thread | None = None
         self._stop = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
 
     def touched(self, actor: ZmqActor) -> None:
         """A future was sent to ``actor`` (its socket lock is held)."""
@@ -1089,8 +1088,7 @@ class _Receiver:
         return False
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
 
     def _start(self) -> None:
         if self._thread is None:
@@ -1110,13 +1108,10 @@ class _Receiver:
         with self._lock:
             self._stop = True
             thread = self._thread
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._wakeup.close()
 
     def _run(self) -> None:
         try:
@@ -1130,7 +1125,7 @@ class _Receiver:
 
     def _loop(self) -> None:
         poller = select.poll()
-        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self._wakeup.fd, select.POLLIN)
         registered: dict[int, ZmqActor] = {}
         dirty: dict[ZmqActor, float] = {}
         last_sweep = time.monotonic()
@@ -1185,10 +1180,8 @@ class _Receiver:
             with self._lock:
                 self._wake_at = 0.0
             for fd, _ in events:
-                if fd == self._wake_r:
-                    with contextlib.suppress(OSError):
-                        while os.read(self._wake_r, 4096):
-                            pass
+                if fd == self._wakeup.fd:
+                    self._wakeup.drain()
                     continue
                 found = registered.get(fd)
                 if found is not None:
@@ -1251,8 +1244,7 @@ class _LocalFarm:
         self._warned = False
         self._lock = threading.Lock()
         self._watch: dict[int, ZmqActor] = {}
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -1287,8 +1279,7 @@ class _LocalFarm:
                     target=self._monitor, name="harness-zmq-farm-monitor", daemon=True
                 )
                 self._thread.start()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
         return actor
 
     def _reserve(self, options: ActorOptions) -> list[int]:
@@ -1324,8 +1315,7 @@ class _LocalFarm:
     def _release(self, proc: ActorProcess, options: ActorOptions, gpus: list[int]) -> None:
         with self._lock:
             self._watch.pop(proc.sentinel, None)
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
         proc.kill()
         proc.close()
         self._unreserve(options, gpus)
@@ -1337,15 +1327,14 @@ class _LocalFarm:
                     return
                 fds = list(self._watch)
             try:
-                ready = wait_handles([*fds, self._wake_r], timeout=1.0)
+                ready = wait_handles([*fds, self._wakeup.fd], timeout=1.0)
             except OSError:  # a sentinel closed meanwhile: look again
                 time.sleep(0.01)
                 continue
             for handle in ready:
                 fd = int(handle)  # type: ignore[arg-type]
-                if fd == self._wake_r:
-                    with contextlib.suppress(OSError):
-                        os.read(self._wake_r, 4096)
+                if fd == self._wakeup.fd:
+                    self._wakeup.drain()
                     continue
                 with self._lock:
                     actor = self._watch.get(fd)
@@ -1359,14 +1348,11 @@ class _LocalFarm:
         with self._lock:
             self._stop = True
             thread = self._thread
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
         self.launcher.close()
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._wakeup.close()
 
 
 def _local_gpus() -> list[int]:
@@ -1416,9 +1402,7 @@ class _MasterLink:
         self._places: dict[int, Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._queue: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.refused: str | None = None
@@ -1523,14 +1507,13 @@ class _MasterLink:
 
     def _send(self, frames: list[Any]) -> None:
         self._queue.put(frames)
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
 
     def _run(self) -> None:
         sock = self.sock
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         next_beat = time.monotonic()
         last_answer = time.monotonic()
         warned = False
@@ -1555,9 +1538,8 @@ class _MasterLink:
                             now - last_answer,
                         )
                 events = dict(poller.poll(max(1, int((next_beat - now) * 1000))))
-                if self._wake_r in events:
-                    with contextlib.suppress(OSError):
-                        os.read(self._wake_r, 4096)
+                if self._wakeup.fd in events:
+                    self._wakeup.drain()
                 while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     try:
                         msg = wire.unpack(sock.recv_multipart(zmq.NOBLOCK))
@@ -1616,17 +1598,14 @@ class _MasterLink:
 
     def close(self) -> None:
         self._stop = True
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        self._wakeup.wake()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
         elif thread is None:
             with contextlib.suppress(Exception):
                 self.sock.close(linger=0)
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._wakeup.close()
 
 
 # ------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import zmq
 from harness.errors import HarnessError
 from harness_zmq import wire
 from harness_zmq.security import Guard, Keys, host_of, is_loopback, load_keys
+from harness_zmq.wakeup import WakePipe
 from harness_zmq.wire import Kind, MalformedFrame
 
 log = logging.getLogger(__name__)
@@ -126,9 +127,7 @@ class Worker:
         self._gpus_free = list(self.gpus)
         self._stop = threading.Event()
         self._results: queue.SimpleQueue[tuple[str, str | None, str | None]] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self.context: zmq.Context[Any] = zmq.Context()
         self.guard = Guard(self.context, keys)
         self.sock: zmq.Socket[Any] | None = None
@@ -154,6 +153,10 @@ class Worker:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             _SPAWN_THREADS, thread_name_prefix="harness-spawn"
         )
+        try:  # the zygote's imports happen before the heartbeats start, not in the first spawn
+            self.launcher.warm()
+        except HarnessError as exc:  # each spawn tries again and reports its own failure
+            log.warning("%s", exc)
         started = time.monotonic()
         welcomed_once = False
         welcomed = False
@@ -165,7 +168,7 @@ class Worker:
                 poller = zmq.Poller()
                 assert self.sock is not None
                 poller.register(self.sock, zmq.POLLIN)
-                poller.register(self._wake_r, zmq.POLLIN)
+                poller.register(self._wakeup.fd, zmq.POLLIN)
                 for fd in self._sentinels:
                     poller.register(fd, zmq.POLLIN)
                 now = time.monotonic()
@@ -189,9 +192,8 @@ class Worker:
                             )
                         elif welcomed:
                             self._handle(kind, header)
-                if self._wake_r in events:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 4096)
+                if self._wakeup.fd in events:
+                    self._wakeup.drain()
                 for fd in [fd for fd in events if isinstance(fd, int) and fd in self._sentinels]:
                     self._check_exit(self._sentinels[fd])
                 self._collect_spawns()
@@ -243,14 +245,11 @@ class Worker:
         self.guard.close()
         if not self.context.closed:
             self.context.term()
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._wakeup.close()
         log.info("worker stopped")
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):  # full (already awake) or closed
-            os.write(self._wake_w, b"x")
+        self._wakeup.wake()
 
     # -- talking to the master ---------------------------------------------------------------
 

@@ -1153,6 +1153,8 @@ def test_cluster_client_with_a_real_master_and_worker() -> None:
     try:
         with harness.connect(master.address) as c:
             wait_for(lambda: master.status()["workers"], 10, "the worker to register")
+            # its zygote started with it: the first spawn does not hold up its heartbeats
+            assert worker.launcher.zygote_pid is not None
             proxy = RemoteCounter(1, _client=c)
             assert proxy.add(2) == 3
             pending = proxy.sleep.future(30)
