@@ -37,7 +37,9 @@ case "$job" in
     .venv/bin/ruff format --check .
     .venv/bin/ruff check .
     .venv/bin/mypy
-    exec .venv/bin/python -m pytest "$@"
+    # two pytest-xdist workers, each pinned to its share of the cores (tests/conftest.py);
+    # HARNESS_TEST_WORKERS=0 runs the suite in this one process
+    exec .venv/bin/python -m pytest -n "${HARNESS_TEST_WORKERS:-2}" --dist worksteal "$@"
     ;;
   *)
     echo "usage: bash tools/dev.sh run|test [args...]" >&2

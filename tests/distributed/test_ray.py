@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -325,13 +326,15 @@ def harness_cli(
     *args: str, env: dict[str, str] | None = None, prelude: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     code = f"{prelude}\nimport sys\nfrom harness.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    with tempfile.TemporaryDirectory() as cwd:  # a refused run's directory is not the repo's
+        return subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
 
 
 FARM = ["run", str(PACK), "--set", "transport=ray", "--set", "actors=2", "--set", "total_steps=64"]
