@@ -27,10 +27,30 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from harness import numpy_nets
-from harness.cpus import cpu_share
+from harness.cpus import cpu_features, cpu_share
 from harness.errors import ConfigError
 from harness_paddle.plugin import PaddleConfig
 
+
+def mkl_cpu_type(vendor: str, flags: frozenset[str]) -> str | None:
+    """The ``MKL_DEBUG_CPU_TYPE`` paddle's bundled MKL needs on this CPU, or None.
+
+    Paddle's CPU wheels ship an older MKL (``paddle/libs/libmklml_intel.so``) whose dispatcher
+    gives CPUs that do not say ``GenuineIntel`` its generic kernels: paddle's float32 matrix
+    products ran at 17 GFLOP/s on one core of an AVX2 AMD EPYC, where torch (a newer MKL)
+    reaches 70. That MKL still honours ``MKL_DEBUG_CPU_TYPE=5`` (its AVX2 kernels): 75
+    GFLOP/s, and a SAC update 55 -> 30 ms (docs/benchmarks.md). Only for AMD and Hygon CPUs
+    that have AVX2 and FMA (on any other CPU those kernels could be slower, or illegal)."""
+    if vendor in ("AuthenticAMD", "HygonGenuine") and {"avx2", "fma"} <= flags:
+        return "5"
+    return None
+
+
+# before paddle's MKL runs its first product (it reads the variable then); a value the user
+# set (even an empty one) is kept. Actor processes inherit it.
+_MKL_CPU_TYPE = mkl_cpu_type(*cpu_features())
+if _MKL_CPU_TYPE is not None:
+    os.environ.setdefault("MKL_DEBUG_CPU_TYPE", _MKL_CPU_TYPE)
 os.environ.setdefault("GLOG_minloglevel", "2")  # paddle's C++ INFO lines on every first op
 _root = logging.getLogger()
 _root_setup = (list(_root.handlers), _root.level, _root.propagate)
@@ -139,12 +159,14 @@ class PaddleBackend:
             if config.amp == "fp16":
                 self._scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**16)
         self._pin = gpu and config.pin_memory
+        mkl = os.environ.get("MKL_DEBUG_CPU_TYPE")
         log.info(
-            "paddle %s on %s with %d threads%s",
+            "paddle %s on %s with %d threads%s%s",
             paddle.__version__,
             self.device,
             threads,
             f", amp {config.amp}" if self._amp_dtype is not None else "",
+            f", MKL_DEBUG_CPU_TYPE={mkl}" if mkl else "",
         )
 
     @staticmethod
@@ -186,7 +208,7 @@ class PaddleBackend:
         activate_output: bool = False,
     ) -> nn.Sequential:
         act = self._activation(activation)
-        layers: list[nn.Layer] = [nn.Flatten()]
+        layers: list[nn.Layer] = [_Flatten()]
         last = in_dim
         for width in hidden:
             layers += [_linear(last, width, math.sqrt(2)), act()]
@@ -381,7 +403,11 @@ class PaddleBackend:
         params = _params(models)
         # paddle's Adam: lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps scaled by sqrt(1 - b2^t):
         # algebraically torch's update (checked against torch in tests/paddle)
-        opt = paddle.optimizer.Adam(learning_rate=lr, parameters=params, epsilon=eps)
+        # use_multi_tensor: one merged kernel for all the tensors (a SAC critic's step 680 ->
+        # 230 us on CPU), the same arithmetic to 1e-7; see update() for when it is used
+        opt = paddle.optimizer.Adam(
+            learning_rate=lr, parameters=params, epsilon=eps, use_multi_tensor=True
+        )
         opt._harness_params = params  # (kept on the optimiser: it lives and dies with it)
         return opt
 
@@ -403,6 +429,12 @@ class PaddleBackend:
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return 0.0
+        # paddle's merged Adam lists the parameters that had gradients at its first merged
+        # step and pairs every later step's gradients with that list by position: a step where
+        # some parameter has none (an unused head) fails, or with equal sizes would update the
+        # wrong tensors. Such steps take the per-tensor kernels, which read and write the same
+        # moment and beta-power tensors (tests/unit/test_paddle_backend.py).
+        optimizer._use_multi_tensor = len(grads) == len(params)
         with paddle.no_grad():
             # torch.nn.utils.clip_grad_norm_'s arithmetic: global L2 norm, coef = max / (norm
             # + 1e-6) clamped at 1. The norm as sqrt(sum of squares): paddle's CPU p_norm
@@ -428,8 +460,8 @@ class PaddleBackend:
             for t, s in zip(target.parameters(), source.parameters(), strict=True):
                 if tau >= 1.0:
                     paddle.assign(s, output=t)
-                else:
-                    paddle.assign(t + tau * (s - t), output=t)
+                else:  # in place, two kernels (assign of t + tau * (s - t) took four)
+                    t.scale_(1.0 - tau).add_(s * tau)
 
     def device_stats(self) -> dict[str, float]:
         """The learner's GPU: paddle's allocator (``gpu/paddle_*``). Empty on CPU."""
@@ -523,6 +555,17 @@ def _rename(key: str, names: Mapping[str, str]) -> str:
     return key
 
 
+def _flat(x: paddle.Tensor) -> paddle.Tensor:
+    """``x`` as ``(B, features)``; a batch that already is one is passed as it is (paddle's
+    flatten is an operation with a backward node even then, torch's a free view)."""
+    return x if x.ndim == 2 else x.flatten(1)
+
+
+class _Flatten(nn.Flatten):  # type: ignore[misc]
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return _flat(x)
+
+
 def _np32(t: paddle.Tensor) -> np.ndarray:
     return np.array(t.detach().astype("float32").numpy(), copy=True)
 
@@ -595,13 +638,15 @@ class _ParallelMLP(nn.Layer):  # type: ignore[misc]
             weights = [w[member : member + 1] for w in weights]
             biases = [b[member : member + 1] for b in biases]
             dims = [dims[member]]
-        if isinstance(x, list | tuple):  # one input per member
-            h = paddle.stack([xi.flatten(1) for xi in x])
-        else:
-            h = x.flatten(1)  # (B, in) @ (k, in, out) broadcasts to (k, B, out)
+        # one input per member, or one (B, in) that (k, in, out) weights broadcast to (k, B, out)
+        multi = isinstance(x, list | tuple)
+        h = paddle.stack([_flat(xi) for xi in x]) if multi else _flat(x)
         last = len(weights) - 1
         for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            h = paddle.matmul(h, w) + b
+            # the bias tiled to the batch, not broadcast: paddle's CPU add that broadcasts a
+            # middle axis (k, 1, out) took 1.3 ms on a (2, 256, 256) output, 35x a same-shape
+            # add; a SAC critic's forward and backward went from 8.1 to 5.0 ms (AMD EPYC)
+            h = paddle.matmul(h, w) + paddle.tile(b, [1, h.shape[-2], 1])
             if i < last:
                 h = self.act(h)
         return [h[j, :, :d] for j, d in enumerate(dims)]

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.cpus import cpu_features
+
 HEADROOM = 1.25
 """Activation ranges are the calibration batch's maximum times this."""
 CALIBRATION_ROWS = 8
@@ -69,12 +71,8 @@ def weight_levels() -> float:
     default qconfig halves the activations' range instead, which would cost the uint8
     frames their exactness). Measured on an AVX2-only AMD EPYC: the features' worst error
     went from 2-4% of their scale to 2-3%."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = f.read()
-    except OSError:
-        return 63.0
-    return 127.0 if ("avx512_vnni" in flags or "avx_vnni" in flags) else 63.0
+    flags = cpu_features()[1]
+    return 127.0 if {"avx512_vnni", "avx_vnni"} & flags else 63.0
 
 
 def _per_channel(weight: torch.Tensor) -> torch.Tensor:
