@@ -192,18 +192,23 @@ class ActorProcess:
     @property
     def sentinel(self) -> int:
         """A file descriptor that turns readable when the process has exited: a pidfd where
-        the kernel has them (exact even when the actor's own children outlive it), else the
-        end of a pipe that only the actor holds open."""
+        the kernel has them (exact even when the actor's own children outlive it), else (and
+        until the zygote has reported the pid) the end of a pipe that only the actor holds
+        open. Take it once per process where it keys a table."""
         fd = self._pidfd if self._pidfd is not None else self._open_pidfd()
         return fd if fd >= 0 else self._sentinel
 
     def _open_pidfd(self) -> int:
         if self._pidfd is None:
+            if self._pid is None:
+                # not reported yet: the pipe serves meanwhile. No waiting for the report here:
+                # a cluster worker takes the sentinel inside its heartbeat loop
+                return -1
             self._pidfd = -1
             if hasattr(os, "pidfd_open") and self._sentinel >= 0:
                 try:
-                    fd = os.pidfd_open(self.pid)
-                except (OSError, HarnessError):
+                    fd = os.pidfd_open(self._pid)
+                except OSError:
                     return -1
                 if _ready(self._sentinel, 0):
                     os.close(fd)  # it had exited already: the pid may not be its any more
@@ -288,11 +293,18 @@ class ActorProcess:
             return self._endpoint
 
     def kill(self) -> None:
-        """SIGKILL the actor (idempotent; nothing happens once it has exited)."""
+        """SIGKILL the actor (idempotent; nothing happens once it has exited). Does not wait
+        for the zygote to report the actor's pid: until it has, the zygote is asked to kill
+        the actor it forked for this request (it reads requests in order, so it has forked
+        it by then)."""
         if self._exitcode is not None or self._error is not None or self._dead():
             return
+        if self._pid is None:
+            self._launcher._pump(0)  # the report may be waiting
+        if self._pid is None and self._launcher._ask_zygote_to_kill(self._seq):
+            return
         try:
-            pid = self.pid
+            pid = self.pid  # (the zygote's socket is full: wait for the report instead)
         except HarnessError:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -545,6 +557,18 @@ class ActorLauncher:
                 wait = 0
             return True
 
+    def _ask_zygote_to_kill(self, seq: int) -> bool:
+        """Send the zygote ``kill`` for the actor of request ``seq`` without blocking; False
+        when it could not be sent (no zygote, or its socket is full)."""
+        with self._lock:
+            if self._ctrl is None:
+                return False
+            try:
+                self._ctrl.send(msgpack.packb({"t": "kill", "seq": seq}), socket.MSG_DONTWAIT)
+            except OSError:
+                return False
+            return True
+
     def _report(self, msg: dict[str, Any]) -> None:
         kind = msg.get("t")
         if kind == "pid":
@@ -612,6 +636,7 @@ def _zygote_main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     children: dict[int, str] = {}  # pid -> its temporary directory
+    pids: dict[int, int] = {}  # request seq -> pid, while that child lives
 
     outbox: collections.deque[bytes] = collections.deque()
 
@@ -641,6 +666,8 @@ def _zygote_main() -> None:
             if pid == 0:
                 return
             shutil.rmtree(children.pop(pid, ""), ignore_errors=True)
+            for seq in [seq for seq, child in pids.items() if child == pid]:
+                del pids[seq]
             send({"t": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
     send({"t": "up", "pid": os.getpid()})
@@ -676,6 +703,12 @@ def _zygote_main() -> None:
             for received in fds:  # a program the actor runs must not hold them
                 os.set_inheritable(received, False)
             request = msgpack.unpackb(data)
+            if request.get("t") == "kill" and not fds:  # an actor whose pid was not known yet
+                pid = pids.get(request.get("seq"), 0)
+                if pid in children:  # (not reaped: the pid is still that child's)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                continue
             if len(fds) != 2 or request.get("t") != "spawn":
                 for stray in fds:
                     os.close(stray)
@@ -710,6 +743,7 @@ def _zygote_main() -> None:
             for received_fd in fds:
                 os.close(received_fd)
             children[pid] = workdir
+            pids[request["seq"]] = pid
             send({"t": "pid", "seq": request["seq"], "pid": pid})
         reap()
         if os.getppid() != launcher_pid:

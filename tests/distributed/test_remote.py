@@ -748,6 +748,37 @@ def test_launcher_contract() -> None:
     assert procs[1].exitcode == -9
 
 
+def test_an_actor_killed_before_its_pid_is_known_is_killed_without_waiting() -> None:
+    """A cluster worker's heartbeat loop takes an actor's sentinel right after ``start`` and
+    may kill it before the zygote has reported its pid (a client that went away). Neither may
+    wait for that report (the master declares a worker dead after 3 s of silence): with the
+    zygote stopped, both return at once, and the actor the zygote forks when it resumes is
+    killed, not left running. (Before: kill() waited 10 s for the pid, gave up, and the actor
+    then ran.)"""
+    with ActorLauncher() as launcher:
+        launcher.warm()
+        zygote = launcher.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            proc = launcher.start("orphan", cpus=0.1)
+            started = time.monotonic()
+            sentinel = proc.sentinel
+            proc.kill()
+            waited = time.monotonic() - started
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        assert waited < 2.0, f"sentinel and kill waited {waited:.1f} s for the zygote"
+        assert sentinel >= 0
+        with pytest.raises(HarnessError, match=r"could not start|exited before it was ready"):
+            proc.wait_ready(30)
+        wait_for(lambda: proc.exitcode is not None, 10, "the actor's exit code")
+        assert proc.exitcode == -signal.SIGKILL
+        assert wait_for(lambda: gone(proc.pid), 5, f"actor {proc.pid} to exit")
+        # the zygote serves on: the next actor starts and answers
+        assert launcher.start("next", cpus=0.1).wait_ready(30).startswith("tcp://")
+
+
 def test_local_farm_over_unix_sockets() -> None:
     """connect(local_ipc=True): actors listen on a Unix-domain socket in their own 0700
     directory, which goes away with them."""
