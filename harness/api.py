@@ -195,7 +195,8 @@ class Backend(Protocol):
         ...
 
     def gather(self, x: Tensor, index: Tensor) -> Tensor:
-        """``x[i, index[i]]`` along the last axis (Q(s, a) from Q(s, .))."""
+        """``x[i, index[i]]`` along the last axis (Q(s, a) from Q(s, .)); any leading axes,
+        ``x[i, j, index[i, j]]`` for QMIX's ``(batch, agents, actions)``."""
         ...
 
     def clip(self, x: Tensor, low: float, high: float) -> Tensor: ...

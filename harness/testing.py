@@ -454,6 +454,14 @@ def _check_ops(bk: Any, rng: np.random.Generator, who: str) -> None:
     _close(
         who, "gather(x, index)", _np(bk, bk.gather(tx, bk.tensor(idx, "int64"))), x[range(4), idx]
     )
+    x3 = rng.standard_normal((2, 4, 3)).astype(np.float32)  # (batch, agents, actions): QMIX
+    idx3 = np.array([[2, 0, 1, 2], [1, 1, 0, 2]], np.int64)
+    _close(
+        who,
+        "gather(x, index) with two leading axes",
+        _np(bk, bk.gather(bk.tensor(x3), bk.tensor(idx3, "int64"))),
+        np.take_along_axis(x3, idx3[..., None], -1)[..., 0],
+    )
     _close(who, "clip(x, -0.5, 0.3)", _np(bk, bk.clip(tx, -0.5, 0.3)), np.clip(x, -0.5, 0.3))
     _close(who, "minimum(a, b)", _np(bk, bk.minimum(tx, ty)), np.minimum(x, y))
     _close(who, "maximum(a, b)", _np(bk, bk.maximum(tx, ty)), np.maximum(x, y))
