@@ -400,7 +400,7 @@ class PaddleBackend:
     def optimizer(self, *models: Any, lr: float, eps: float = 1e-8) -> paddle.optimizer.Adam:
         params = _params(models)
         # paddle's Adam: lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps scaled by sqrt(1 - b2^t):
-        # algebraically torch's update (checked against torch in tests/paddle)
+        # algebraically torch's update (checked against torch in tests/unit/test_backend_parity.py)
         # use_multi_tensor: one merged kernel for all the tensors (a SAC critic's step 680 ->
         # 230 us on CPU), the same arithmetic to 1e-7; see update() for when it is used
         opt = paddle.optimizer.Adam(
