@@ -35,6 +35,55 @@ class IncompatibleError(HarnessError):
     """Components that cannot work together, e.g. DQN on a continuous action space."""
 
 
+class MissingExtraError(PluginError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+    def __init__(self, extra: str, module: str, needed_for: str = "") -> None:
+        self.extra, self.module = extra, module
+        what = f" {needed_for}" if needed_for else " this command"
+        super().__init__(
+            f"The Python package {module!r} is not installed, and{what} needs it. Install the "
+            f"{extra!r} extra: pip install 'harness[{extra}]'."
+        )
+
+
+EXTRAS: dict[str, str] = {
+    # top-level module -> the setup.cfg extra that installs it
+    "torch": "torch",
+    "paddle": "paddle",
+    "zmq": "zmq",
+    "msgpack": "zmq",
+    "cloudpickle": "zmq",
+    "psutil": "zmq",
+    "ray": "ray",
+    "opensim": "osim",
+    "osim": "osim",
+    "scipy": "osim",
+    "wandb": "wandb",
+    "tensorboard": "tensorboard",
+    "optuna": "tune",
+    "minari": "offline",
+    "h5py": "offline",
+    "pettingzoo": "multiagent",
+    "mpe2": "multiagent",
+    "ale_py": "atari",
+    "mujoco": "mujoco",
+    "pynvml": "gpu-monitor",
+}
+"""Which extra installs a module; keep in step with setup.cfg's ``[options.extras_require]``
+(tests/integration/test_refused_starts.py checks every extra named here exists there)."""
+
+
+def missing_extra(exc: BaseException, needed_for: str = "") -> MissingExtraError | None:
+    """The :class:`MissingExtraError` for an import error of a module an extra installs, else
+    None (an unknown missing module is a bug or a broken install, and keeps its traceback)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    extra = EXTRAS.get(top)
+    return None if extra is None else MissingExtraError(extra, top, needed_for)
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean 'x'?' for the closest choices (spelled alike, or abbreviated by
     their words' initials: ``lr`` for ``learning_rate``), or a list of the choices."""

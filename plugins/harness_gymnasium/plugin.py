@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import hookimpl
-from harness.errors import ConfigError
+from harness.errors import ConfigError, MissingExtraError, missing_extra
 from harness.registry import EnvSpec
 
 
@@ -54,7 +54,10 @@ def accepts(env_id: str) -> bool:
     if env_id.startswith("ALE/") and env_id not in gym.registry:
         from harness_gymnasium.atari import register_ale
 
-        register_ale()  # (only when asked for: importing ale-py costs every other run 30 ms)
+        # (only when asked for: importing ale-py costs every other run 30 ms); without ale-py
+        # the id is still ours, so that make_env names the extra to install
+        if not register_ale():
+            return True
 
     try:
         gym.spec(env_id)
@@ -92,6 +95,11 @@ def make_env(
         make_kwargs["max_episode_steps"] = options.max_episode_steps
     atari = options.atari if options.atari is not None else env_id.startswith("ALE/")
     accepts(env_id)  # (registers the ALE ids when asked for one)
+    if env_id.startswith("ALE/") and env_id not in gym.registry:
+        from harness_gymnasium.atari import register_ale
+
+        if not register_ale():
+            raise MissingExtraError("atari", "ale_py", f"the Atari env {env_id!r}")
     try:
         make_one: Any = functools.partial(gym.make, env_id, **make_kwargs)
         if atari:
@@ -125,6 +133,11 @@ def make_env(
             )
     except TypeError as exc:
         raise ConfigError(f"[env] kwargs {make_kwargs} do not fit {env_id}: {exc}.") from None
+    except gym.error.DependencyNotInstalled as exc:  # gymnasium's MuJoCo, Box2D, ... envs
+        missing = missing_extra(exc.__cause__ or exc, f"the env {env_id!r}")
+        if missing is None:
+            raise ConfigError(f"The env {env_id!r} cannot be made here: {exc}") from exc
+        raise missing from exc
     if seed is not None:
         envs.reset(seed=seed)
         envs.action_space.seed(seed)

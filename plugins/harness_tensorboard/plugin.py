@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import hookimpl
-from harness.errors import PluginError
+from harness.errors import MissingExtraError
 from harness.registry import TrackerSpec
 
 
@@ -80,10 +80,9 @@ class TensorBoardTracker:
         try:
             from tensorboard.compat.proto.event_pb2 import Event, SessionLog
             from tensorboard.compat.proto.summary_pb2 import Summary
-        except ImportError as exc:
-            raise PluginError(
-                f"the tensorboard tracker needs the tensorboard package ({exc}); "
-                f"pip install 'harness[tensorboard]'"
+        except ImportError:
+            raise MissingExtraError(
+                "tensorboard", "tensorboard", "the tensorboard tracker"
             ) from None
         self._event, self._summary = Event, Summary
         self.writer = EventFile(Path(run_dir) / "tensorboard")

@@ -42,7 +42,7 @@ from urllib.parse import urlparse
 
 from harness import hookimpl
 from harness.checkpoint import write_atomic_text
-from harness.errors import PluginError
+from harness.errors import MissingExtraError, PluginError
 from harness.registry import TrackerSpec
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,7 @@ class WandbTracker:
 
     def __init__(self, run_dir: Path, config: Any = None, start_step: int = 0) -> None:
         if importlib.util.find_spec("wandb") is None:
-            raise PluginError(
-                "the wandb tracker needs the wandb package; pip install 'harness[wandb]'"
-            )
+            raise MissingExtraError("wandb", "wandb", "the wandb tracker")
         self.run_dir = Path(run_dir)
         self.last_step = self._start_step = start_step
         self._closed = False
