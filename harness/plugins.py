@@ -44,38 +44,78 @@ class PluginInfo:
 
 
 class HarnessPluginManager(pluggy.PluginManager):
-    """pluggy's manager plus the bookkeeping harness reports: origins and broken plugins."""
+    """pluggy's manager plus the bookkeeping harness reports: origins, broken plugins and
+    plugins skipped because another one holds their name."""
 
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self.broken: dict[str, str] = {}
+        self.skipped: dict[str, str] = {}
+        """``NAME@DISTRIBUTION`` (or a module name) -> why it was not registered (a clash)."""
         self.blocked_names: set[str] = set()
 
     def set_blocked(self, name: str) -> None:
-        super().set_blocked(name)
+        """Block ``NAME`` (every plugin of that name) or ``NAME@DISTRIBUTION`` (the entry point
+        ``NAME`` of that distribution only)."""
+        if "@" not in name:
+            super().set_blocked(name)
         self.blocked_names.add(name)
+
+    def is_blocked_entry_point(self, name: str, distribution: str) -> bool:
+        return self.is_blocked(name) or f"{name}@{_canonical(distribution)}" in {
+            _canonical_selector(b) for b in self.blocked_names
+        }
 
     def register_plugin(
         self, plugin: Any, name: str, *, distribution: str = "", version: str = ""
     ) -> None:
-        """Register ``plugin`` under ``name`` unless blocked, remembering where it came from."""
+        """Register ``plugin`` under ``name`` unless blocked, remembering where it came from. A
+        plugin whose name or module is already registered is skipped with a warning."""
         if self.is_blocked(name):
             log.info("plugin %r is blocked; not registering it", name)
             return
-        self.register(plugin, name=name)
         module = getattr(plugin, "__name__", type(plugin).__module__)
+        try:
+            self.register(plugin, name=name)
+        except ValueError as exc:  # pluggy: that name, or that very module, is registered
+            holder = self.get_name(plugin) or name
+            self.skipped[f"{name}@{distribution}" if distribution else name] = (
+                f"module {module} is already registered as plugin {holder!r} ({exc})"
+            )
+            warn_once(f"plugin {name!r} ({module}) was skipped: {exc}.")
+            return
         self.infos[name] = PluginInfo(name, module, distribution, version)
 
     def mark_broken(self, name: str, error: BaseException) -> None:
         detail = "".join(traceback.format_exception_only(type(error), error)).strip()
         self.broken[name] = detail
-        log.warning("plugin %r is broken and was skipped: %s", name, detail)
+        warn_once(f"plugin {name!r} failed to load and was skipped: {detail}")
         plugin = self.get_plugin(name)
         if plugin is not None:
             self.unregister(plugin)
         self.infos.pop(name, None)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """Log ``message`` as a warning once per process: a broken or clashing plugin is reported
+    once, however many managers the process builds (the CLI, a farm's fork server, tuning)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
+
+
+def _canonical(distribution: str) -> str:
+    return distribution.lower().replace("_", "-").replace(".", "-")
+
+
+def _canonical_selector(selector: str) -> str:
+    name, _, dist = selector.partition("@")
+    return f"{name}@{_canonical(dist)}" if dist else name
 
 
 def make_plugin_manager(
@@ -100,7 +140,7 @@ def make_plugin_manager(
 
         pm.register_plugin(builtin, "builtin", distribution="harness", version=_version())
     wanted = list(load)
-    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _entry_points(pm):
         if (autoload or ep.name in wanted) and not pm.is_blocked(ep.name):
             _load_entry_point(pm, ep)
         if ep.name in wanted:
@@ -128,6 +168,43 @@ def _version() -> str:
     return __version__
 
 
+def _entry_points(pm: HarnessPluginManager) -> list[md.EntryPoint]:
+    """The group's entry points, one per name: where distributions clash on a name, harness's
+    own keeps it (else the first found), and the others are recorded in ``pm.skipped`` with a
+    warning that says how to rename or choose. ``-p no:NAME@DIST`` blocks one of them."""
+    by_name: dict[str, list[md.EntryPoint]] = {}
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        dist = _dist_name(ep)
+        if pm.is_blocked_entry_point(ep.name, dist):
+            log.info("entry point %r of %s is blocked", ep.name, dist)
+            continue
+        same = by_name.setdefault(ep.name, [])
+        if not any(_dist_name(e) == dist and e.value == ep.value for e in same):
+            same.append(ep)  # (one distribution seen twice on sys.path is no clash)
+    chosen = []
+    for name, eps in by_name.items():
+        eps.sort(key=lambda e: _dist_name(e) != "harness")  # stable: else the first found
+        chosen.append(eps[0])
+        for other in eps[1:]:
+            dist = _dist_name(other)
+            pm.skipped[f"{name}@{dist}"] = (
+                f"entry point {name!r} = {other.value} of distribution {dist!r} clashes with "
+                f"{eps[0].value} of {_dist_name(eps[0])!r}, which keeps the name"
+            )
+            warn_once(
+                f"plugin name {name!r} is claimed by two distributions: "
+                f"{_dist_name(eps[0])!r} ({eps[0].value}) keeps it, and {dist!r} "
+                f"({other.value}) was skipped. Rename the entry point in {dist!r}'s packaging "
+                f"(e.g. [project.entry-points.harness] {_canonical(dist).replace('-', '_')} = "
+                f"...), or choose it with -p no:{name}@{_dist_name(eps[0])}."
+            )
+    return chosen
+
+
+def _dist_name(ep: md.EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else ""
+
+
 def _load_entry_point(pm: HarnessPluginManager, ep: md.EntryPoint) -> None:
     dist = ep.dist
     try:
@@ -147,7 +224,8 @@ def collect_registry(pm: HarnessPluginManager) -> Registry:
     """Call every registration hook plugin by plugin, so each record knows its plugin.
 
     A plugin whose registration raises or returns something that is not a record is marked
-    broken and skipped; a duplicate name raises :class:`PluginError` naming both plugins.
+    broken and skipped. A name two plugins register stays reachable for both as
+    ``PLUGIN:NAME`` (:class:`harness.registry.Table`); the bare name prefers harness's own.
     """
     registry = Registry()
     for kind, record_type in KINDS.items():
@@ -170,9 +248,10 @@ def collect_registry(pm: HarnessPluginManager) -> Registry:
                 pm.mark_broken(name, exc)
                 _drop_records_of(registry, name)
                 continue
+            info = pm.infos.get(name)
+            first_party = info is not None and info.distribution == "harness"
             for record in records:
-                table.add(dataclasses.replace(record, plugin=name))
-                info = pm.infos.get(name)
+                table.add(dataclasses.replace(record, plugin=name), preferred=first_party)
                 if info is not None:
                     info.registers.setdefault(kind, []).append(record.name)
     return registry

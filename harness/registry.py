@@ -7,12 +7,15 @@ environment happens only when a run actually selects that component.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.errors import PluginError, did_you_mean
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,23 @@ class AlgorithmSpec:
     """
 
     name: str
+    """What ``[run] algo`` names (unique among all plugins' algorithms)."""
     make_agent: Callable[..., Any]
+    """``make_agent(env_info, backend, config, *, seed, total_steps) -> Agent``: called once
+    per run (and once per farm actor) with the :class:`harness.api.EnvInfo`, a backend
+    already seeded with ``[run] seed``, and an instance of :attr:`config_cls` built from the
+    ``[algo]`` section; ``total_steps`` is ``[run] total_steps`` (for schedules)."""
     config_cls: type[Any]
+    """The dataclass of the ``[algo]`` section; each field's docstring is its ``--help``."""
     action_spaces: tuple[str, ...] = ("discrete", "box")
+    """The action-space kinds it supports (see above)."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
     backends: tuple[str, ...] = ()
+    """The backends it runs on; empty: every backend (see above)."""
     agents: str = "single"
     """Which envs it takes: "single" (gymnasium, arrays), "multi" (multi-agent envs,
     agent-keyed dicts; see docs/multiagent.md) or "any" (both, e.g. the random policy). A
@@ -51,12 +65,25 @@ class EnvSpec:
     """
 
     name: str
+    """The family's name (``harness plugins`` lists it); env ids are matched by
+    :attr:`accepts`, not by this name."""
     make_env: Callable[..., Any]
+    """``make_env(env_id, *, num_envs, seed, vector, options) -> VectorEnv``. The runner
+    passes ``seed=None`` and resets the vector env itself with ``reset(seed=...)``; reset with
+    ``seed`` here only when one is given (direct callers such as ``check_env``)."""
     accepts: Callable[[str], bool]
+    """``accepts(env_id) -> bool``: whether this family builds ``env_id`` (cheap, imports
+    nothing)."""
     config_cls: type[Any] | None = None
+    """The dataclass of the ``[env]`` section, passed to :attr:`make_env` as ``options``;
+    None when the family has no options."""
     known_ids: Callable[[], Iterable[str]] | None = None
+    """``known_ids() -> ids`` for the "did you mean" hint when no family accepts an id."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
 
 
 @dataclass(frozen=True)
@@ -64,11 +91,20 @@ class BackendSpec:
     """A neural-network backend: ``load(config) -> Backend`` imports the framework lazily."""
 
     name: str
+    """What ``[run] backend`` names (``torch``, ``paddle``)."""
     load: Callable[..., Any]
+    """``load(config) -> Backend`` with an instance of :attr:`config_cls` built from the
+    ``[backend]`` section (None without one); the only place the framework is imported."""
     config_cls: type[Any] | None = None
+    """The dataclass of the ``[backend]`` section (device, threads, ...), or None."""
     install_hint: str = ""
+    """How to install the framework (``pip install 'harness[torch]'``), for messages about
+    a missing framework (the ``harness_backend`` fixture's skip reason)."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
     preload: tuple[str, ...] = ()
     """Modules worth importing once in a fork server before actor processes are forked (the
     framework itself: ~150 MB and 1-2 s per process otherwise)."""
@@ -81,10 +117,17 @@ class TransportSpec:
     ``harness cluster ...`` for this transport (it parses ``argv`` itself)."""
 
     name: str
+    """What ``harness.connect(transport=...)`` and ``[run] transport`` name."""
     connect: Callable[..., Any]
+    """``connect(address, **options) -> Client``; ``address=None`` asks for the transport's
+    local default (an embedded farm)."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
     cluster: Callable[[Sequence[str]], int] | None = None
+    """``cluster(argv) -> exit code`` for ``harness cluster ...``, or None."""
 
 
 @dataclass(frozen=True)
@@ -92,10 +135,21 @@ class TrackerSpec:
     """An experiment tracker: ``make(run_dir, config) -> Tracker``."""
 
     name: str
+    """What ``[run] trackers`` lists."""
     make: Callable[..., Any]
+    """``make(run_dir, config, *, start_step) -> Tracker``: an object with
+    ``record(step, metrics)`` (a dict of finite floats, namespaced keys) and ``close()``.
+    ``config`` is the whole resolved run config; ``start_step > 0`` on ``--resume``, where
+    rows logged after that step must be dropped. Raise
+    :class:`harness.errors.PluginError` when a dependency is missing."""
     default: bool = False
+    """Informational: whether the tracker is meant to run by default. The default list is
+    ``[run] trackers`` (``["csv", "tensorboard"]``), which does not read this flag."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +157,15 @@ class CompetitionSpec:
     """A competition pack: a pack file (TOML/YAML) and its directory."""
 
     name: str
+    """What ``harness run NAME`` accepts in place of a pack path."""
     pack_file: Path
+    """The pack's absolute path, usually inside the plugin's package
+    (``Path(__file__).parent / "pack.toml"``; ship it as package data)."""
     description: str = ""
+    """One line on what it is, for people reading the registry (informational)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in (leave it
+    empty), and error messages name it."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +175,17 @@ class CommandSpec:
     -> exit code`` runs it. Raise :class:`harness.errors.HarnessError` for a clear error."""
 
     name: str
+    """The subcommand: ``harness NAME ...`` (must not be a core command)."""
     add_arguments: Callable[[Any], None]
+    """``add_arguments(parser)``: declare the options on the subcommand's argparse parser."""
     run: Callable[[Any], int]
+    """``run(args) -> exit code`` with the parsed :class:`argparse.Namespace`."""
     help: str = ""
+    """One line for ``harness --help``."""
     description: str = ""
+    """The subcommand's ``--help`` text (``help`` when empty)."""
     plugin: str = ""
+    """The entry-point name of the plugin that registered it; harness fills it in."""
 
 
 R = TypeVar("R")
@@ -127,33 +193,87 @@ R = TypeVar("R")
 
 @dataclass
 class Table(Generic[R]):
-    """Name -> record for one kind, rejecting duplicates and suggesting names on a miss."""
+    """Name -> record for one kind, suggesting names on a miss.
+
+    Every record is also reachable by its qualified name ``PLUGIN:NAME``. When two plugins
+    register the same name, the bare name keeps one of them (a first-party record over a
+    third-party one, else the first registered), :attr:`clashes` remembers both, and a lookup of
+    the bare name warns once, naming the qualified names that choose either: a clash costs the
+    user one ``--set algo=myplugin:ppo``, never a whole plugin.
+    """
 
     kind: str
+    """The kind in words, for messages ("algorithm", "env family", ...)."""
     records: dict[str, R] = field(default_factory=dict)
+    """Bare name -> record, in registration (plugin) order."""
+    qualified: dict[str, R] = field(default_factory=dict)
+    """``PLUGIN:NAME`` -> record, for every record registered."""
+    clashes: dict[str, list[str]] = field(default_factory=dict)
+    """A name registered by several plugins -> those plugins, the one the bare name uses first."""
+    _preferred: set[str] = field(default_factory=set)
+    _warned: set[str] = field(default_factory=set)
 
-    def add(self, record: R) -> None:
+    def add(self, record: R, *, preferred: bool = False) -> None:
+        """Add ``record``; ``preferred`` (first-party) wins a name clash over an earlier
+        record that is not preferred."""
         name: str = getattr(record, "name")  # noqa: B009 - every record type has a name
-        if name in self.records:
-            first = getattr(self.records[name], "plugin", "?")
-            second = getattr(record, "plugin", "?")
-            raise PluginError(
-                f"{self.kind} {name!r} is registered twice: by plugin {first!r} and by plugin "
-                f"{second!r}. Uninstall or block one of them (harness -p no:{second} ...)."
-            )
-        self.records[name] = record
+        plugin: str = getattr(record, "plugin", "") or "?"
+        self.qualified[f"{plugin}:{name}"] = record
+        if name not in self.records:
+            self.records[name] = record
+            if preferred:
+                self._preferred.add(name)
+            return
+        owners = self.clashes.setdefault(name, [_plugin_of(self.records[name])])
+        if preferred and name not in self._preferred:
+            self.records[name] = record
+            self._preferred.add(name)
+            owners.insert(0, plugin)
+        else:
+            owners.append(plugin)
+        log.debug("%s", self.clash_message(name))  # (warned about when the bare name is used)
+
+    def clash_message(self, name: str) -> str:
+        """One paragraph on a clashed name: who registered it, which one the bare name uses,
+        and the qualified names that choose."""
+        owners = self.clashes[name]
+        choices = " or ".join(repr(f"{p}:{name}") for p in owners)
+        return (
+            f"{self.kind} {name!r} is registered by plugins {', '.join(map(repr, owners))}; "
+            f"{name!r} means the one of plugin {owners[0]!r}. Choose one by its qualified name "
+            f"({choices}), or rename it in the other plugin."
+        )
 
     def get(self, name: str) -> R:
+        """The record ``name`` (bare or ``PLUGIN:NAME``) stands for; a
+        :class:`harness.errors.PluginError` with a "did you mean" hint when there is none."""
+        if ":" in name:
+            try:
+                return self.qualified[name]
+            except KeyError:
+                raise PluginError(
+                    f"Unknown {self.kind} {name!r} (PLUGIN:NAME)."
+                    f"{did_you_mean(name, self.qualified)} Run `harness plugins` to see what is "
+                    f"installed."
+                ) from None
         try:
-            return self.records[name]
+            record = self.records[name]
         except KeyError:
             raise PluginError(
                 f"Unknown {self.kind} {name!r}.{did_you_mean(name, self.records)} "
                 f"Run `harness plugins` to see what is installed."
             ) from None
+        if name in self.clashes and name not in self._warned:
+            self._warned.add(name)
+            log.warning("%s", self.clash_message(name))
+        return record
+
+    def find(self, name: str) -> R | None:
+        """The record ``name`` (bare or ``PLUGIN:NAME``) stands for, or None; never warns."""
+        return self.qualified.get(name) if ":" in name else self.records.get(name)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.records
+        return name in self.records or name in self.qualified
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.records)
@@ -162,7 +282,12 @@ class Table(Generic[R]):
         return len(self.records)
 
     def items(self) -> Iterator[tuple[str, R]]:
+        """``(bare name, record)`` pairs in registration order."""
         return iter(self.records.items())
+
+
+def _plugin_of(record: Any) -> str:
+    return getattr(record, "plugin", "") or "?"
 
 
 KINDS: Mapping[str, type[Any]] = {
@@ -174,6 +299,7 @@ KINDS: Mapping[str, type[Any]] = {
     "competitions": CompetitionSpec,
     "commands": CommandSpec,
 }
+"""Registration-hook kind (``harness_register_<kind>``) -> the record type it must return."""
 
 
 @dataclass
@@ -181,12 +307,19 @@ class Registry:
     """Every record the loaded plugins registered, one table per kind."""
 
     algorithms: Table[AlgorithmSpec] = field(default_factory=lambda: Table("algorithm"))
+    """From ``harness_register_algorithms``."""
     envs: Table[EnvSpec] = field(default_factory=lambda: Table("env family"))
+    """From ``harness_register_envs``; look an env id up with :meth:`env_for`."""
     backends: Table[BackendSpec] = field(default_factory=lambda: Table("backend"))
+    """From ``harness_register_backends``."""
     transports: Table[TransportSpec] = field(default_factory=lambda: Table("transport"))
+    """From ``harness_register_transports``."""
     trackers: Table[TrackerSpec] = field(default_factory=lambda: Table("tracker"))
+    """From ``harness_register_trackers``."""
     competitions: Table[CompetitionSpec] = field(default_factory=lambda: Table("competition"))
+    """From ``harness_register_competitions``."""
     commands: Table[CommandSpec] = field(default_factory=lambda: Table("command"))
+    """From ``harness_register_commands``."""
 
     def env_for(self, env_id: str) -> EnvSpec:
         """The first env family that accepts ``env_id``; a clear error when none does."""
