@@ -27,10 +27,9 @@ from harness.config import (
     parse_override,
     resolve,
 )
-from harness.errors import ConfigError, HarnessError
-from harness.hookspecs import hookimpl
+from harness.errors import ConfigError, HarnessError, missing_extra
 from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
-from harness.registry import Registry
+from harness.registry import KINDS, Registry
 
 log = logging.getLogger("harness")
 
@@ -66,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:  # an optional extra that is not installed
+        error = missing_extra(exc)
+        if error is None or args.debug:
+            raise
+        print(f"harness: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         hint = "; resume with --resume RUN_DIR" if args.command == "run" else ""
@@ -132,7 +137,8 @@ def _common(top: bool) -> argparse.ArgumentParser:
         default=[] if top else argparse.SUPPRESS,
         metavar="NAME",
         help="load plugin NAME (an entry point or module) even with autoloading off; "
-        "-p no:NAME blocks plugin NAME",
+        "-p no:NAME blocks plugin NAME, -p no:NAME@DIST only distribution DIST's entry point "
+        "NAME (where two distributions claim one name)",
     )
     common.add_argument(
         "--debug",
@@ -221,7 +227,12 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         run, "override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)"
     )
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr: neither the live bar (on a terminal) nor the plain lines "
+        "every run.progress_every_s seconds (elsewhere)",
+    )
     run.set_defaults(func=cmd_run)
 
     ev = sub.add_parser("eval", parents=[common], help="evaluate a checkpoint greedily")
@@ -302,17 +313,8 @@ def _plugin_flags(values: Sequence[str]) -> tuple[list[str], list[str]]:
 def _load_plugins(
     blocked: Sequence[str], load: Sequence[str]
 ) -> tuple[HarnessPluginManager, Registry]:
-    pm = make_plugin_manager(blocked=blocked, load=load)
-    for name, error in pm.broken.items():
-        print(
-            f"harness: warning: plugin {name!r} failed to load and was skipped: {error}",
-            file=sys.stderr,
-        )
-    registry = collect_registry(pm)
-    for name, error in pm.broken.items():
-        if name not in pm.infos:
-            log.debug("broken plugin %s: %s", name, error)
-    return pm, registry
+    pm = make_plugin_manager(blocked=blocked, load=load)  # (it warns once per broken plugin)
+    return pm, collect_registry(pm)
 
 
 # ------------------------------------------------------------------------------------------
@@ -354,8 +356,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if isinstance(num_envs, int) and num_envs < args.actors:
             raw.merge({"run": {"num_envs": args.actors}}, "--actors")
     config = resolve(raw, registry)
-    if config.run.progress and sys.stderr.isatty():
-        pm.register(ProgressReporter(config.run.total_steps), name="progress")
+    if config.run.progress:  # a bar on a terminal; plain lines in logs (nohup, CI, batch jobs)
+        from harness.progress import LineProgressReporter, RichProgressReporter
+
+        total = config.run.total_steps
+        if sys.stderr.isatty():
+            pm.register(RichProgressReporter(total), name="progress")
+        elif config.run.progress_every_s > 0:
+            every = config.run.progress_every_s
+            pm.register(LineProgressReporter(total, every), name="progress")
     result = train(config, registry, pm, resume=resume)
     _print_summary(result.as_dict())
     return 0
@@ -441,7 +450,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    pm, _registry = _load_plugins(*_plugin_flags(args.plugins))
+    pm, registry = _load_plugins(*_plugin_flags(args.plugins))
     table = Table(title="harness plugins", show_lines=False)
     for column in ("plugin", "distribution", "version", "module", "registers"):
         table.add_column(column)
@@ -456,6 +465,16 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     console.print(table)
     for name, error in sorted(pm.broken.items()):
         console.print(f"[red]broken[/red] {name}: {error}", markup=True, highlight=False)
+    for name, why in sorted(pm.skipped.items()):
+        console.print(f"[yellow]skipped[/yellow] {name}: {why}", markup=True, highlight=False)
+    for kind in KINDS:
+        table_of_kind = getattr(registry, kind)
+        for clashed in sorted(table_of_kind.clashes):
+            console.print(
+                f"[yellow]clash[/yellow] {table_of_kind.clash_message(clashed)}",
+                markup=True,
+                highlight=False,
+            )
     for name in sorted(pm.blocked_names):
         console.print(
             f"[yellow]blocked[/yellow] {name} (-p no:{name})", markup=True, highlight=False
@@ -472,62 +491,6 @@ def _print_summary(summary: Mapping[str, Any]) -> None:
         shown = f"{value:.2f}" if isinstance(value, float) and math.isfinite(value) else str(value)
         table.add_row(key, shown)
     Console().print(table)
-
-
-# ------------------------------------------------------------------------------------------
-# Live progress (a plugin the CLI registers: presentation stays out of the runner)
-
-
-class ProgressReporter:
-    """A rich progress bar with steps/s and the recent return, updated once per iteration."""
-
-    def __init__(self, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[sps]:>7} steps/s"),
-            TextColumn("{task.fields[episodes]:>6} episodes"),
-            TextColumn("return {task.fields[ret]:>7}{task.fields[score]}"),
-            TextColumn("eval {task.fields[eval]:>7}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-        )
-        self.task = self.progress.add_task(
-            "train", total=total, sps="-", episodes=0, ret="-", score="", eval="-"
-        )
-
-    @hookimpl
-    def harness_run_start(self, run: Any) -> None:
-        self.progress.update(self.task, description=run.run_dir.name, completed=run.step)
-        self.progress.start()
-
-    @hookimpl
-    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
-        fields: dict[str, Any] = {}
-        if "perf/SPS" in metrics:
-            fields["sps"] = f"{metrics['perf/SPS']:.0f}"
-        if math.isfinite(run.recent_return):
-            fields["ret"] = f"{run.recent_return:.1f}"
-        if "eval/mean_return" in metrics:
-            fields["eval"] = f"{metrics['eval/mean_return']:.1f}"
-        fields["episodes"] = run.episodes
-        if "charts/score" in metrics:  # an env's official score beside the shaped return
-            fields["score"] = f"  score {metrics['charts/score']:>7.1f}"
-        self.progress.update(self.task, completed=run.step, **fields)
-
-    @hookimpl
-    def harness_run_end(self) -> None:
-        self.progress.stop()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import textwrap
 import tomllib
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -53,31 +53,38 @@ class RunConfig:
     backend: str = "torch"
     """NN backend plugin name; the HARNESS_BACKEND environment variable overrides the default."""
     seed: int = 1
-    """Seed for the envs, the agent and the backend; runs with the same seed repeat."""
+    """Seed for the envs, the agent and the backend (0 or more); runs with the same seed
+    repeat."""
     total_steps: int = 100_000
-    """Environment steps to train for (summed over vectorized envs)."""
+    """Environment steps to train for (summed over vectorized envs); at least 1."""
     num_envs: int = 8
-    """Number of vectorized environments stepped together."""
+    """Number of vectorized environments stepped together; at least 1."""
     vector: str = "sync"
     """Vector env mode: 'sync' (one process) or 'async' (one subprocess per env)."""
     eval_every: int = 10_000
     """Env steps between greedy evaluations; 0 disables periodic evaluation."""
     eval_episodes: int = 20
-    """Episodes per evaluation."""
+    """Episodes per evaluation; 0 turns evaluation off (also the final one)."""
     stop_at_return: float | None = None
     """Stop early once an evaluation's mean return reaches this value."""
     checkpoint_every: int = 25_000
-    """Env steps between checkpoints (one is always written at the end)."""
+    """Env steps between checkpoints (one is always written at the end); 0: only that one."""
     trackers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])
-    """Tracker plugins receiving metrics; missing optional ones are skipped with a warning."""
+    """Tracker plugins receiving metrics. Of the default list, ones not installed are skipped
+    silently; a tracker you name must be installed (else exit 2 naming the extra)."""
     out: str = "runs"
     """Parent directory of run directories."""
     name: str = ""
     """Run directory name; default {env}__{algo}__{seed}__{unix time}."""
     progress: bool = True
-    """Show a live progress bar."""
+    """Show progress on stderr: a live bar on a terminal, else plain lines every
+    run.progress_every_s seconds; false (--no-progress) turns both off."""
+    progress_every_s: float = 30.0
+    """Seconds between the plain progress lines printed when stderr is not a terminal (nohup,
+    a batch scheduler, CI): step/total, steps/s, episodes, recent return, the pack's score,
+    last eval, elapsed time and ETA; 0 turns them off."""
     log_every: int = 2_000
-    """Env steps between metric rows written to trackers."""
+    """Env steps between metric rows written to trackers; 0: a row every iteration."""
     max_seconds: float = 0.0
     """Stop training after this many seconds of wall-clock (0: no limit); the run still ends
     with an evaluation and a checkpoint."""
@@ -85,6 +92,11 @@ class RunConfig:
     """Remote actor processes stepping the envs (num_envs is split evenly across them); 0 runs
     the envs in this process; -1: one per core of this machine (num_envs is raised to at
     least that)."""
+    max_actors: int = 0
+    """The most actor processes an embedded local farm (run.cluster empty) may start; 0: as
+    many as this machine's available memory holds, estimated per actor (a larger run.actors is
+    refused before any actor starts). Set it to start more actors than that estimate allows
+    (or to cap run.actors)."""
     cluster: str = ""
     """Cluster address for the actors (tcp://HOST:PORT of `harness cluster start`; with
     transport = 'ray' a Ray address, HOST:PORT or ray://HOST:PORT); empty starts an embedded
@@ -300,6 +312,41 @@ def build_dataclass(
         raise ConfigError(f"[{section}] for {owner}: {exc}") from None
 
 
+RUN_LOWER_BOUNDS: tuple[tuple[str, int, str], ...] = (
+    ("total_steps", 1, "Give the env steps to train for, e.g. --steps 100000."),
+    ("num_envs", 1, "Give the envs stepped together, e.g. --set run.num_envs=8."),
+    ("seed", 0, "Use a seed of 0 or more, e.g. --seed 1."),
+    ("eval_every", 0, "0 turns periodic evaluation off."),
+    ("eval_episodes", 0, "0 turns evaluation off."),
+    ("checkpoint_every", 0, "0 writes only the final checkpoint."),
+    ("log_every", 0, "0 writes a metrics row every iteration."),
+    ("max_seconds", 0, "0 means no time limit."),
+    ("progress_every_s", 0, "0 turns the plain progress lines off."),
+    ("actors", -1, "0 runs the envs in this process; -1 starts one actor per core."),
+    ("max_actors", 0, "0 sizes the limit from this machine's available memory."),
+    ("max_policy_lag", 0, "0 makes every actor wait for the newest weights."),
+    ("actor_memory_mb", 0, "0 means no limit."),
+)
+"""``(key, smallest value, how to fix it)`` for every number of :class:`RunConfig`."""
+
+
+def check_run(run: RunConfig, where: Mapping[str, str]) -> None:
+    """Refuse [run] numbers out of range (a negative budget would otherwise train, a zero
+    num_envs fail deep inside an env plugin), naming where each was set and the fix."""
+    for key, low, fix in RUN_LOWER_BOUNDS:
+        value = getattr(run, key)
+        if value != value or value < low:  # (value != value: NaN)
+            raise ConfigError(
+                f"{where.get(key, 'config')}: run.{key} = {value!r} is out of range: it must "
+                f"be {low} or more. {fix}"
+            )
+    if run.stop_at_return is not None and run.stop_at_return != run.stop_at_return:
+        raise ConfigError(
+            f"{where.get('stop_at_return', 'config')}: run.stop_at_return is NaN, which no "
+            f"return reaches. Give a number, or leave it out to never stop early."
+        )
+
+
 def type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -401,11 +448,16 @@ class RawConfig:
         for_algo = data.get("run", {}).get("algo", self.sections["run"].get("algo"))
         self.merge(data, str(path), for_algo=for_algo)
 
-    def algo_section(self, algo: str) -> dict[str, Any]:
-        """The [algo] keys meant for ``algo``."""
-        return {
-            k: v for k, v in self.sections["algo"].items() if self.algo_of.get(k) in (None, algo)
-        }
+    def algo_section(
+        self, algo: str, *, same: Callable[[str], bool] | None = None
+    ) -> dict[str, Any]:
+        """The [algo] keys meant for ``algo``: written for no algorithm in particular, for
+        ``algo`` itself, or for a name ``same`` says is ``algo`` too (``ppo`` and ``algos:ppo``)."""
+
+        def meant(owner: str | None) -> bool:
+            return owner is None or owner == algo or (same is not None and same(owner))
+
+        return {k: v for k, v in self.sections["algo"].items() if meant(self.algo_of.get(k))}
 
     def where(self, section: str) -> dict[str, str]:
         prefix = section + "."
@@ -478,6 +530,7 @@ def _toml_value(value: Any) -> str:
 def resolve(raw: RawConfig, registry: Registry) -> Config:
     """Validate every section against the dataclasses of the selected plugins."""
     run = build_dataclass(RunConfig, raw.sections["run"], raw.where("run"), "run", "the run")
+    check_run(run, raw.where("run"))
     sources = raw.sources
 
     def pick(kind: str, name: str, key: str) -> Any:
@@ -499,11 +552,16 @@ def resolve(raw: RawConfig, registry: Registry) -> Config:
     else:  # the default list names optional plugins: skip the ones not installed
         missing = [t for t in run.trackers if t not in registry.trackers]
         if missing:
-            log.warning("tracker plugins %s are not installed; running without them", missing)
+            log.debug("default trackers %s are not installed; running without them", missing)
         run.trackers = [t for t in run.trackers if t in registry.trackers]
 
     def section(name: str, cls: type[Any] | None, owner: str) -> Any:
-        values = raw.algo_section(run.algo) if name == "algo" else raw.sections[name]
+        if name == "algo":
+            values = raw.algo_section(
+                run.algo, same=lambda owner: registry.algorithms.find(owner) is algo_spec
+            )
+        else:
+            values = raw.sections[name]
         if cls is None:
             if values:
                 keys = ", ".join(values)

@@ -35,10 +35,12 @@ IGNORED_KEYS = frozenset(
         "out",
         "trackers",
         "progress",
+        "progress_every_s",
         "log_every",
         "max_seconds",
         "cluster",
         "cluster_keys",
+        "max_actors",
     )
 )
 """Config keys that do not make two runs different experiments (seed repeats group together)."""

@@ -7,24 +7,48 @@ worker's cores."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pytest
 
 
 def worker_cores(index: int, workers: int, cores: list[int]) -> list[int]:
     """The cores of worker ``index`` of ``workers``: every ``workers``-th core from its own
-    offset, or all of them when there are fewer cores than workers."""
+    offset, or all of them when there are fewer cores than workers.
+
+    xdist names the replacement of a crashed worker with the next free number (``gw2`` of 2
+    workers), so ``index`` may be ``workers`` or more: it takes the slot ``index % workers``
+    (an empty core list would make ``sched_setaffinity`` fail with EINVAL and end the run)."""
     if workers <= 1 or len(cores) < workers:
         return cores
-    return cores[index::workers]
+    return cores[index % workers :: workers]
+
+
+def pin_threads(cores: Iterable[int], tasks: Iterable[int] | None = None) -> None:
+    """Pin this process and its threads (``tasks``: thread ids, default every thread in
+    /proc/self/task, as execnet has started some already) to ``cores``."""
+    cores = list(cores)
+    os.sched_setaffinity(0, cores)  # the process itself, whatever happens to the others
+    if tasks is None:
+        tasks = [int(task) for task in os.listdir("/proc/self/task")]
+    for task in tasks:
+        with contextlib.suppress(ProcessLookupError):  # a thread that exited since listed
+            os.sched_setaffinity(task, cores)
+
+
+def pin_worker(workerinput: Mapping[str, Any]) -> list[int]:
+    """Pin an xdist worker (its ``workerinput``) to its cores; returns them."""
+    index = int(str(workerinput["workerid"]).removeprefix("gw"))
+    cores = worker_cores(index, int(workerinput["workercount"]), sorted(os.sched_getaffinity(0)))
+    pin_threads(cores)
+    return cores
 
 
 def pytest_configure(config: pytest.Config) -> None:
     worker = getattr(config, "workerinput", None)  # set on xdist's workers only
     if worker is None or not hasattr(os, "sched_setaffinity"):
         return
-    index = int(str(worker["workerid"]).removeprefix("gw"))
-    cores = worker_cores(index, int(worker["workercount"]), sorted(os.sched_getaffinity(0)))
-    for task in os.listdir("/proc/self/task"):  # every thread: execnet's already run
-        os.sched_setaffinity(int(task), cores)
+    pin_worker(worker)

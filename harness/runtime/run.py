@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -30,7 +31,9 @@ from harness.errors import (
     ConfigError,
     DivergedError,
     IncompatibleError,
+    MissingExtraError,
     PluginError,
+    missing_extra,
 )
 from harness.plugins import HarnessPluginManager
 from harness.registry import AlgorithmSpec, Registry
@@ -250,7 +253,8 @@ def check_backend_supported(registry: Registry, algo: str, backend: str) -> None
 
 def new_run_dir(config: Config) -> Path:
     run = config.run
-    name = run.name or f"{run.env}__{run.algo}__{run.seed}__{int(time.time())}"
+    algo = run.algo.replace(":", "-")  # (a qualified PLUGIN:NAME)
+    name = run.name or f"{run.env}__{algo}__{run.seed}__{int(time.time())}"
     path = Path(run.out) / name
     suffix = 1
     while path.exists():
@@ -262,10 +266,15 @@ def new_run_dir(config: Config) -> Path:
 
 def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int) -> MetricsRouter:
     trackers: dict[str, Tracker] = {}
+    asked = "run.trackers" in config.sources  # (else the defaults, which name optional plugins)
     for name in config.run.trackers:
         spec = registry.trackers.get(name)
         try:
             trackers[name] = spec.make(run_dir, config, start_step=start)
+        except MissingExtraError as exc:
+            if asked:
+                raise
+            log.debug("default tracker %r is not installed: %s", name, exc)
         except PluginError as exc:
             log.warning("tracker %r is unavailable and skipped: %s", name, exc)
         except Exception as exc:  # a tracker never stops a run, not even when it cannot start
@@ -303,6 +312,10 @@ def build_run(
             f"{config.run.num_envs}: each actor steps at least one env. Raise run.num_envs "
             f"(it is split across the actors) or lower run.actors."
         )
+    if farm:
+        from harness.runtime.farm import check_actor_capacity
+
+        check_actor_capacity(config.run)  # before any env, buffer or process is made
     # with remote actors the envs live there; one local env describes the spaces
     envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
     try:
@@ -323,22 +336,35 @@ def build_run(
     except BaseException:
         envs.close()
         raise
-    plugins = {
-        n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
-    }
-    write_resolved(config, run_dir, {"harness": __version__, "plugins": plugins})
-    start = 0
-    if ckpt is None and config.run.init_from:
-        init_agent_from(agent, config.run, Path(config.run.init_from))
-    if ckpt is not None:
-        agent.restore(ckpt)
-        start = int(json.loads((ckpt / RUNNER_STATE).read_text())["step"])
-    router = make_trackers(config, registry, run_dir, start)
-    run = Run(config, registry, pm, run_dir, agent, envs, info, router)
-    if ckpt is not None:
-        _load_runner_state(run, ckpt)
-        log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
+    try:
+        plugins = {
+            n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
+        }
+        write_resolved(config, run_dir, {"harness": __version__, "plugins": plugins})
+        start = 0
+        if ckpt is None and config.run.init_from:
+            init_agent_from(agent, config.run, Path(config.run.init_from))
+        if ckpt is not None:
+            agent.restore(ckpt)
+            start = int(json.loads((ckpt / RUNNER_STATE).read_text())["step"])
+        router = make_trackers(config, registry, run_dir, start)
+        run = Run(config, registry, pm, run_dir, agent, envs, info, router)
+        if ckpt is not None:
+            _load_runner_state(run, ckpt)
+            log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
+    except BaseException:
+        envs.close()
+        if resume is None:
+            discard_run_dir(run_dir)
+        raise
     return run
+
+
+def discard_run_dir(run_dir: Path) -> None:
+    """Remove the directory of a run that was refused before it started (a missing extra, an
+    unreachable cluster, a tracker that cannot start): a refused start leaves nothing behind."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    log.debug("removed %s: the run did not start", run_dir)
 
 
 def init_agent_from(agent: Agent, run: RunConfig, source: Path) -> Path:
@@ -394,12 +420,13 @@ def train(
     """Train ``config`` to completion in this process; returns the summary."""
     run = build_run(config, registry, pm, resume=resume)
     t_start = time.perf_counter()
-    stopped = False
+    stopped = started = False
     ckpt: Path | None = None
     summary: dict[str, Any] = {}
     try:
         pm.hook.harness_run_start(run=run)
         collector = run.collector = _collector(run)
+        started = True
         try:
             stopped = _loop(run, collector)
         finally:
@@ -427,6 +454,8 @@ def train(
         pm.hook.harness_run_end(run=run, summary=summary)
         run.router.close()
         run.envs.close()
+        if not started and resume is None:
+            discard_run_dir(run.run_dir)
 
 
 class EnvStepper:
@@ -717,9 +746,15 @@ def _collector(run: Run) -> Any:
         return OfflineCollector(run)
     if run.config.run.actors <= 0:
         return SerialCollector(run)
-    from harness.runtime.farm import FarmCollector
+    try:
+        from harness.runtime.farm import FarmCollector
 
-    return FarmCollector(run)
+        return FarmCollector(run)
+    except ModuleNotFoundError as exc:
+        error = missing_extra(exc, f"the actor farm (run.actors = {run.config.run.actors})")
+        if error is None:
+            raise
+        raise error from exc
 
 
 def load_agent(config: Config, registry: Registry, checkpoint: Path) -> Agent:

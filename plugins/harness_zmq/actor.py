@@ -685,7 +685,12 @@ def _zygote_main() -> None:
             events = []
         flush()
         for fd, event in events:
-            if fd == ctrl_fd and not event & (select.POLLIN | select.POLLHUP | select.POLLERR):
+            if fd == ctrl_fd and event & (select.POLLHUP | select.POLLERR):
+                # the launcher's end is closed (its process died: a graceful close only shuts
+                # down writing): the requests still queued have no one waiting for them
+                running = False
+                break
+            if fd == ctrl_fd and not event & select.POLLIN:
                 continue  # only writable: flushed above
             if fd == wake_r:
                 with contextlib.suppress(OSError):
@@ -713,6 +718,9 @@ def _zygote_main() -> None:
                 for stray in fds:
                     os.close(stray)
                 continue
+            if os.getppid() != launcher_pid:  # gone, though a fork of it holds the socket
+                running = False
+                break
             workdir = tempfile.mkdtemp(prefix=f"harness-actor-{request['seq']}-")
             request["zygote_pid"] = os.getpid()
             try:
@@ -831,7 +839,10 @@ def _actor_main(
         with contextlib.suppress(OSError):
             os.write(ready_fd, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         raise
-    os.write(ready_fd, json.dumps({"endpoint": endpoint, "pid": os.getpid()}).encode())
+    try:
+        os.write(ready_fd, json.dumps({"endpoint": endpoint, "pid": os.getpid()}).encode())
+    except BrokenPipeError:  # the launcher died while this actor started: no one to serve
+        return 1
     os.close(ready_fd)
     if request["memory_mb"]:
         limit = int(request["memory_mb"]) * 2**20
