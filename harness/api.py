@@ -34,14 +34,22 @@ class SpaceInfo:
     """A framework-neutral view of a gymnasium space (only what algorithms need)."""
 
     kind: Literal["discrete", "box"]
+    """"discrete" (actions ``0 .. n-1``) or "box" (arrays within ``low`` .. ``high``)."""
     shape: tuple[int, ...]
+    """Shape of one element (``()`` for a discrete space)."""
     dtype: str
+    """numpy dtype name of one element, e.g. "float32", "int64", "uint8"."""
     n: int = 0
+    """Number of choices of a discrete space; 0 for a box."""
     low: tuple[float, ...] = ()
+    """A box's lower bounds, flattened (C order); empty for a discrete space."""
     high: tuple[float, ...] = ()
+    """A box's upper bounds, flattened (C order); empty for a discrete space."""
 
     @property
     def flat_dim(self) -> int:
+        """The number of values in one element: the product of :attr:`shape` (1 for a
+        discrete space); the ``in_dim`` of an MLP that reads it."""
         return int(np.prod(self.shape)) if self.shape else 1
 
 
@@ -55,15 +63,23 @@ class EnvInfo:
     rewards travel as agent-keyed dicts of arrays (see :class:`Transition`)."""
 
     env_id: str
+    """The env id the run was configured with (``[run] env``)."""
     observation: SpaceInfo
+    """The space of one env's observation (the first agent's in a multi-agent env)."""
     action: SpaceInfo
+    """The space of one env's action (the first agent's in a multi-agent env)."""
     num_envs: int
+    """Envs in the vector env: the first axis of every batch the agent sees."""
     agents: tuple[str, ...] = ()
+    """A multi-agent env's agent names in a fixed order; empty for a single-agent env."""
     observations: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    """Each agent's observation space (multi-agent envs only)."""
     actions: Mapping[str, SpaceInfo] = field(default_factory=dict)
+    """Each agent's action space (multi-agent envs only)."""
 
     @property
     def multi_agent(self) -> bool:
+        """True when the env names its :attr:`agents` (batches are agent-keyed dicts)."""
         return bool(self.agents)
 
 
@@ -78,22 +94,43 @@ class Transition(NamedTuple):
     observations and rewards until then). ``extras`` stays a flat dict of arrays."""
 
     obs: np.ndarray
+    """The observations the actions were chosen from, ``(num_envs, *obs_shape)``."""
     actions: np.ndarray
+    """The actions taken, as :meth:`Agent.sample` returned them."""
     rewards: np.ndarray
+    """Rewards, ``(num_envs,)``."""
     next_obs: np.ndarray
+    """Observations after the step; where an episode ended, its true final observation."""
     terminated: np.ndarray
+    """Booleans ``(num_envs,)``: the episode reached a terminal state (do not bootstrap)."""
     truncated: np.ndarray
+    """Booleans ``(num_envs,)``: the episode was cut (time limit; bootstrap from
+    ``next_obs``)."""
     extras: Mapping[str, np.ndarray]
+    """The per-step extras :meth:`Agent.sample` returned with the actions (``log_prob``,
+    ``value``, ...), each with the envs on the first axis."""
 
 
 @runtime_checkable
 class Distribution(Protocol):
     """An action distribution over a batch."""
 
-    def sample(self) -> Tensor: ...
-    def log_prob(self, actions: Tensor) -> Tensor: ...
-    def entropy(self) -> Tensor: ...
-    def mode(self) -> Tensor: ...
+    def sample(self) -> Tensor:
+        """One action per batch row, drawn from the backend's seeded generator."""
+        ...
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        """Log-probability (log-density for a normal, summed over the action axis) of
+        ``actions``, one value per batch row."""
+        ...
+
+    def entropy(self) -> Tensor:
+        """Entropy per batch row (summed over the action axis for a normal)."""
+        ...
+
+    def mode(self) -> Tensor:
+        """The most likely action per batch row (the argmax, or the mean): greedy acting."""
+        ...
 
 
 @runtime_checkable
@@ -104,10 +141,19 @@ class Model(Protocol):
 
 
 class Backend(Protocol):
-    """Everything framework-specific an algorithm needs. Implemented by backend plugins."""
+    """Everything framework-specific an algorithm needs. Implemented by backend plugins.
+
+    A backend plugin registers a :class:`harness.registry.BackendSpec` whose ``load(config)``
+    returns an object with these methods; nothing inherits from this class (it is a
+    :class:`typing.Protocol`). ``harness.testing.check_backend`` checks an implementation
+    against numpy references. Models, optimisers and parameters are opaque handles that only
+    the backend that made them understands.
+    """
 
     name: str
+    """The backend's registered name (``torch``, ``paddle``); checkpoints record it."""
     device: str
+    """Where tensors live, in the framework's spelling (``cpu``, ``cuda:0``)."""
 
     # --- models -----------------------------------------------------------------------------
     def mlp(
@@ -180,9 +226,20 @@ class Backend(Protocol):
         ...
 
     # --- tensors ----------------------------------------------------------------------------
-    def tensor(self, x: np.ndarray | float, dtype: str = "float32") -> Tensor: ...
-    def numpy(self, x: Tensor) -> np.ndarray: ...
-    def no_grad(self) -> AbstractContextManager[Any]: ...
+    def tensor(self, x: np.ndarray | float, dtype: str = "float32") -> Tensor:
+        """A tensor on :attr:`device` from numpy data; ``dtype`` is one of "float32",
+        "int64", "bool", "uint8"."""
+        ...
+
+    def numpy(self, x: Tensor) -> np.ndarray:
+        """A numpy copy of ``x``, detached from the graph (low-precision floats come back as
+        float32)."""
+        ...
+
+    def no_grad(self) -> AbstractContextManager[Any]:
+        """A context in which no operation records gradients (targets, acting)."""
+        ...
+
     def frozen(self, *models: Any) -> AbstractContextManager[Any]:
         """Inside it, ``models``' parameters take no gradient (forward passes through them
         still pass gradients to their inputs): an actor's loss through a critic then costs no
@@ -199,12 +256,30 @@ class Backend(Protocol):
         ``x[i, j, index[i, j]]`` for QMIX's ``(batch, agents, actions)``."""
         ...
 
-    def clip(self, x: Tensor, low: float, high: float) -> Tensor: ...
-    def minimum(self, a: Tensor, b: Tensor) -> Tensor: ...
-    def maximum(self, a: Tensor, b: Tensor) -> Tensor: ...
-    def exp(self, x: Tensor) -> Tensor: ...
-    def log(self, x: Tensor) -> Tensor: ...
-    def tanh(self, x: Tensor) -> Tensor: ...
+    def clip(self, x: Tensor, low: float, high: float) -> Tensor:
+        """``x`` limited to ``[low, high]`` elementwise (gradient zero outside)."""
+        ...
+
+    def minimum(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise minimum of two tensors of the same shape."""
+        ...
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise maximum of two tensors of the same shape."""
+        ...
+
+    def exp(self, x: Tensor) -> Tensor:
+        """Elementwise exponential."""
+        ...
+
+    def log(self, x: Tensor) -> Tensor:
+        """Elementwise natural logarithm."""
+        ...
+
+    def tanh(self, x: Tensor) -> Tensor:
+        """Elementwise hyperbolic tangent."""
+        ...
+
     def softplus(self, x: Tensor) -> Tensor:
         """``log(1 + exp(x))``, computed stably."""
         ...
@@ -213,10 +288,22 @@ class Backend(Protocol):
         """Join tensors along ``axis`` (a critic's observation and action inputs)."""
         ...
 
-    def mean(self, x: Tensor, axis: int | None = None) -> Tensor: ...
-    def sum(self, x: Tensor, axis: int | None = None) -> Tensor: ...
-    def max(self, x: Tensor, axis: int) -> Tensor: ...
-    def argmax(self, x: Tensor, axis: int) -> Tensor: ...
+    def mean(self, x: Tensor, axis: int | None = None) -> Tensor:
+        """The mean over ``axis`` (dropped from the shape), or over everything (a scalar)."""
+        ...
+
+    def sum(self, x: Tensor, axis: int | None = None) -> Tensor:
+        """The sum over ``axis`` (dropped from the shape), or over everything (a scalar)."""
+        ...
+
+    def max(self, x: Tensor, axis: int) -> Tensor:
+        """The largest values along ``axis`` (dropped from the shape), e.g. max_a Q(s, a)."""
+        ...
+
+    def argmax(self, x: Tensor, axis: int) -> Tensor:
+        """The int64 indices of the largest values along ``axis``."""
+        ...
+
     def mse(self, a: Tensor, b: Tensor) -> Tensor:
         """Elementwise squared error (reduce with ``mean``; lets PER weight each sample)."""
         ...
@@ -225,10 +312,16 @@ class Backend(Protocol):
         """Elementwise Huber loss with delta 1."""
         ...
 
-    def item(self, x: Tensor) -> float: ...
+    def item(self, x: Tensor) -> float:
+        """A one-element tensor as a Python float (for metrics)."""
+        ...
 
     # --- distributions ----------------------------------------------------------------------
-    def categorical(self, logits: Tensor) -> Distribution: ...
+    def categorical(self, logits: Tensor) -> Distribution:
+        """A categorical distribution per row of ``logits`` ``(B, n)``; its samples and modes
+        are int64 indices ``(B,)``."""
+        ...
+
     def normal(self, mean: Tensor, log_std: Tensor) -> Distribution:
         """A diagonal Gaussian; ``log_std`` broadcasts against ``mean``. Its ``sample()`` is
         reparameterised (``mean + std * noise``): gradients flow through it (SAC)."""
@@ -251,7 +344,10 @@ class Backend(Protocol):
         """Backward, optional global-norm clipping, step; returns the pre-clip grad norm."""
         ...
 
-    def set_lr(self, optimizer: Any, lr: float) -> None: ...
+    def set_lr(self, optimizer: Any, lr: float) -> None:
+        """Set the learning rate of every parameter group of ``optimizer`` (annealing)."""
+        ...
+
     def copy_weights(self, target: Any, source: Any, tau: float = 1.0) -> None:
         """``target <- tau * source + (1 - tau) * target`` (tau=1: hard copy)."""
         ...
@@ -266,17 +362,40 @@ class Backend(Protocol):
         """Numpy copies of every parameter/buffer, for broadcast to actors."""
         ...
 
-    def set_weights(self, model: Any, weights: Mapping[str, np.ndarray]) -> None: ...
+    def set_weights(self, model: Any, weights: Mapping[str, np.ndarray]) -> None:
+        """Load what :meth:`get_weights` returned into ``model`` (same architecture).
+        :meth:`inference` copies taken before do not change: take new ones."""
+        ...
+
     def state(self, obj: Any) -> Any:
         """A model's or optimiser's full state (backend-native, for checkpoints)."""
         ...
 
-    def load_state(self, obj: Any, state: Any) -> None: ...
-    def save(self, payload: Mapping[str, Any], path: Path) -> None: ...
-    def load(self, path: Path) -> dict[str, Any]: ...
-    def seed(self, seed: int) -> None: ...
-    def rng_state(self) -> Any: ...
-    def set_rng_state(self, state: Any) -> None: ...
+    def load_state(self, obj: Any, state: Any) -> None:
+        """Restore what :meth:`state` returned into the same model or optimiser."""
+        ...
+
+    def save(self, payload: Mapping[str, Any], path: Path) -> None:
+        """Write a dict of backend states, numpy arrays and plain values to one file in the
+        framework's own format (``agent.<name>`` in a checkpoint)."""
+        ...
+
+    def load(self, path: Path) -> dict[str, Any]:
+        """Read what :meth:`save` wrote, with tensors on :attr:`device`."""
+        ...
+
+    def seed(self, seed: int) -> None:
+        """Seed the framework's generator (initialisation, dropout, distribution samples)."""
+        ...
+
+    def rng_state(self) -> Any:
+        """The framework generator's state, checkpointed so a resumed run draws the same
+        samples as an uninterrupted one."""
+        ...
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore what :meth:`rng_state` returned."""
+        ...
 
 
 class Algorithm(abc.ABC):
@@ -294,14 +413,18 @@ class Algorithm(abc.ABC):
         """Backend-native state of every model and optimiser, for checkpoints."""
 
     @abc.abstractmethod
-    def load_state(self, state: Mapping[str, Any]) -> None: ...
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state` returned (resume, ``harness eval``). Refresh any
+        :meth:`Backend.inference` copy the algorithm acts with afterwards."""
 
     @abc.abstractmethod
     def policy_weights(self) -> dict[str, np.ndarray]:
         """The weights actors need to act, as numpy (broadcast by version)."""
 
     @abc.abstractmethod
-    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None: ...
+    def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load what :meth:`policy_weights` returned (in a farm actor, each new version).
+        Refresh any :meth:`Backend.inference` copy the algorithm acts with afterwards."""
 
 
 class Agent(abc.ABC):
@@ -314,7 +437,9 @@ class Agent(abc.ABC):
     """
 
     name: str = "agent"
+    """The algorithm's registered name (log messages, checkpoint checks)."""
     rollout_len: int = 1
+    """Vector steps between two :meth:`learn` calls (see above)."""
     on_policy: bool = False
     """True when ``learn`` needs experience from the current policy only (PPO): remote
     actors then wait for the newest weights before every rollout."""
@@ -340,12 +465,21 @@ class Agent(abc.ABC):
         total_steps: int = 1,
     ) -> None:
         self.algorithm = algorithm
+        """The :class:`Algorithm` this agent feeds."""
         self.backend = algorithm.backend
+        """The algorithm's :class:`Backend`."""
         self.env_info = env_info
+        """The :class:`EnvInfo` the agent was made for."""
         self.config = config
+        """The algorithm's config dataclass instance (the ``[algo]`` section)."""
         self.rng = np.random.default_rng(seed)
+        """numpy generator for exploration and minibatch shuffling; checkpointed by
+        :meth:`extra_state`, so draw numpy randomness from it, never from a global RNG."""
         self.total_steps = max(1, total_steps)
+        """``[run] total_steps`` (at least 1), the horizon of schedules."""
         self.env_steps = 0
+        """Env steps (rows) observed so far; the agent's :meth:`observe` counts them (a farm
+        actor's copy is set from the learner's)."""
         self.updates = 0
         """Gradient steps taken so far."""
 
@@ -406,6 +540,10 @@ class Agent(abc.ABC):
     # Saving is the same for every agent: models/optimisers through the backend, bulk numpy
     # data as .npz (no pickle), counters alongside. Callers make it atomic (harness.checkpoint).
     def save(self, directory: Path) -> None:
+        """Write the agent into ``directory``: ``agent.<backend>`` (the algorithm's
+        :meth:`Algorithm.state`, :meth:`extra_state` and the backend's RNG state) and, when
+        :meth:`data_state` is not empty, ``data.npz``. Provided; extend the state methods
+        rather than overriding this."""
         directory.mkdir(parents=True, exist_ok=True)
         payload = {
             "algorithm": self.algorithm.state(),
@@ -418,6 +556,9 @@ class Agent(abc.ABC):
             np.savez(directory / "data.npz", **data)  # type: ignore[arg-type]
 
     def restore(self, directory: Path, *, with_data: bool = True) -> None:
+        """Load what :meth:`save` wrote (``with_data=False`` skips ``data.npz``: evaluation
+        needs no replay). Provided; it calls :meth:`Algorithm.load_state`, which must refresh
+        the acting copies."""
         payload = self.backend.load(directory / f"agent.{self.backend.name}")
         self.algorithm.load_state(payload["algorithm"])
         self.load_extra_state(payload.get("extra", {}))
@@ -428,9 +569,12 @@ class Agent(abc.ABC):
                 self.load_data_state({k: data[k] for k in data.files})
 
     def weights(self) -> dict[str, np.ndarray]:
+        """The policy weights sent to actors: :meth:`Algorithm.policy_weights`; an agent whose
+        acting state is more than the networks (observation statistics) adds it here."""
         return self.algorithm.policy_weights()
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load what :meth:`weights` returned (farm actors, each new version)."""
         self.algorithm.set_policy_weights(weights)
 
 

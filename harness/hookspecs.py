@@ -3,7 +3,7 @@ of the arguments (pluggy's rule).
 
 Registration hooks return records and instantiate nothing. Lifecycle hooks run once per
 iteration (a rollout plus an update), never per environment step: per-step customisation such as
-reward shaping is a plain callable a pack registers, not a hook call.
+reward shaping belongs in the env family (a wrapper its ``[env]`` options select), not in a hook.
 
 Example plugin module::
 
@@ -41,8 +41,12 @@ if TYPE_CHECKING:
     from harness.runtime.run import Run
 
 PROJECT = "harness"
+"""The pluggy project name, and the entry-point group plugins are advertised in."""
 hookspec = pluggy.HookspecMarker(PROJECT)
+"""Marks the hook specifications below (harness's own; plugins do not use it)."""
 hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marks a plugin's hook implementations: ``@hookimpl`` (also ``from harness import hookimpl``).
+Options such as ``@hookimpl(tryfirst=True)`` are pluggy's."""
 
 
 @hookspec
@@ -115,4 +119,5 @@ def harness_checkpoint(run: Run, path: Path) -> None:
 
 @hookspec
 def harness_run_end(run: Run, summary: Mapping[str, Any]) -> None:
-    """Called once when the run finishes (also after an error), with its summary."""
+    """Called once when the run finishes, with its summary (the ``summary.json`` values);
+    also after an error, with an empty ``summary``."""

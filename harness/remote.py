@@ -2,7 +2,8 @@
 
 Transport-neutral: this module knows nothing about ZeroMQ or Ray. A transport plugin's
 ``connect(address, **options)`` returns a :class:`Client`; the client creates actors and gives
-back :class:`ActorHandle` objects; :class:`Proxy` turns attribute access into calls on a handle.
+back :class:`ActorHandle` objects; :class:`Proxy` turns attribute access into calls on a
+handle::
 
     import harness
 
@@ -63,8 +64,11 @@ class RemoteError(HarnessError):
 
     def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
         self.remote_type = remote_type
+        """The remote exception class's qualified name (see :func:`qualified_name`)."""
         self.remote_message = remote_message
+        """The remote exception's message."""
         self.remote_traceback = remote_traceback
+        """The formatted remote traceback (empty when the transport has none)."""
         text = f"{remote_type}: {remote_message}"
         if remote_traceback:
             text += "\n\nRemote traceback:\n" + remote_traceback.rstrip()
@@ -113,6 +117,7 @@ class ActorHandle(Protocol):
     """One remote object, as a transport exposes it."""
 
     actor_id: str
+    """Identifies the actor in messages and reprs (unique within its client)."""
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call ``method`` and wait for its result (raises RemoteError/ActorLost)."""
@@ -371,6 +376,7 @@ class Completions:
         self._queue: queue.SimpleQueue[tuple[Future[Any], Any]] = queue.SimpleQueue()
 
     def add(self, future: Future[Any], tag: Any) -> None:
+        """Watch ``future``; :meth:`next` hands it back with ``tag`` once it is done."""
         future.add_done_callback(lambda f: self._queue.put((f, tag)))
 
     def next(self, timeout: float | None = None) -> tuple[Future[Any], Any]:

@@ -37,6 +37,7 @@ case "$job" in
     .venv/bin/ruff format --check .
     .venv/bin/ruff check .
     .venv/bin/mypy
+    .venv/bin/sphinx-build -E -W --keep-going -q -b html docs/api build/docs-api
     # two pytest-xdist workers, each pinned to its share of the cores (tests/conftest.py);
     # HARNESS_TEST_WORKERS=0 runs the suite in this one process
     exec .venv/bin/python -m pytest -n "${HARNESS_TEST_WORKERS:-2}" --dist worksteal "$@"

@@ -1,6 +1,7 @@
 """A third-party plugin, installed like any other distribution, is found through the
-``harness`` entry-point group, listed by `harness plugins`, trained by `harness run`, and passes
-the conformance checks plugin authors get from harness.testing.
+``harness`` entry-point group, listed by `harness plugins`, trained by `harness run`, runs its
+own competition pack (package data) by name with its own tracker, and passes the conformance
+checks plugin authors get from harness.testing.
 
 The example distribution (tests/thirdparty_plugin) is pip-installed into a temporary
 directory once per module; the CLI sees it through PYTHONPATH, in-process tests through
@@ -98,12 +99,18 @@ def harness_cli(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def table_rows(output: str) -> dict[str, list[str]]:
-    """`harness plugins` table rows as {plugin: [cells]} (rich draws cells between '│')."""
-    rows = {}
+    """`harness plugins` table rows as {plugin: [cells]} (rich draws cells between '│' and
+    wraps a long cell onto lines whose first cell is empty: joined here with spaces)."""
+    rows: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in output.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) == 5 and cells[0] and cells[0] != "plugin":
-            rows[cells[0]] = cells
+        if len(cells) != 5 or cells[0] == "plugin":
+            current = None
+        elif cells[0]:
+            current = rows[cells[0]] = cells
+        elif current is not None:
+            current[:] = [f"{a} {b}".strip() for a, b in zip(current, cells, strict=True)]
     return rows
 
 
@@ -118,6 +125,8 @@ def test_harness_plugins_lists_the_example(site_dir: Path) -> None:
     assert module == "harness_example.plugin"
     assert "algorithms: example_reinforce" in registers
     assert "envs: example" in registers
+    assert "trackers: jsonl" in registers
+    assert "competitions: example_chain" in registers
     assert "broken" not in proc.stdout + proc.stderr
 
 
@@ -152,6 +161,54 @@ def test_harness_run_trains_example_reinforce(
         f"example_reinforce reached {summary['final_eval']:.2f} after {summary['steps']} steps "
         f"(random policy: {random_return:.2f}); see {run_dir}/metrics.csv"
     )
+
+
+def test_the_packaged_pack_runs_by_name_with_the_example_tracker(
+    site_dir: Path, tmp_path: Path
+) -> None:
+    """`harness run example_chain`: the pack file comes from the installed package's data and
+    names the example's ``jsonl`` tracker, which writes a row per logged iteration, the env's
+    episode metrics included."""
+    out = tmp_path / "runs"
+    proc = harness_cli(site_dir, "run", "example_chain", "--steps", "3000", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = out.iterdir()
+    config = tomllib.loads((run_dir / "config.toml").read_text(encoding="utf-8"))
+    assert config["run"]["trackers"] == ["jsonl", "csv"]
+    assert config["env"]["length"] == 10  # the pack's [env] section reached the env family
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) >= 2, lines
+    steps = [row["step"] for row in rows]
+    assert steps == sorted(steps) and steps[-1] <= 3000 + 8 * 16, steps
+    trained = [row for row in rows if "charts/episodic_return" in row]
+    assert trained, rows
+    for row in trained:
+        assert 0.0 <= row["charts/reached_end"] <= 1.0, row
+        assert 0.0 <= row["charts/distance"] <= 9.0, row
+    assert any(k.startswith("losses/") for row in rows for k in row), rows
+    assert "eval/reached_end" in rows[-1], rows[-1]  # the final evaluation's row
+
+
+def test_the_jsonl_tracker_drops_rows_after_the_resumed_checkpoint(
+    installed: Path, tmp_path: Path
+) -> None:
+    from harness_example.tracker import JsonlTracker
+
+    first = JsonlTracker(tmp_path)
+    for step in (100, 200, 300):
+        first.record(step, {"charts/episodic_return": step / 100})
+    first.close()
+    resumed = JsonlTracker(tmp_path, start_step=200)
+    resumed.record(300, {"charts/episodic_return": 9.0})
+    resumed.close()
+    lines = (tmp_path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [(r["step"], r["charts/episodic_return"]) for r in rows] == [
+        (100, 1.0),
+        (200, 2.0),
+        (300, 9.0),
+    ]
 
 
 class RandomAgent:

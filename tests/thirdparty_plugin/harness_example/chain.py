@@ -5,6 +5,11 @@ the other way with probability ``slip``. Reaching the last state pays 1 and ends
 the time limit truncates it. A random policy rarely gets there in time; "always right" nearly
 always does.
 
+The step that ends an episode reports ``info["episode_metrics"]``, a dict of floats the runner
+logs as ``charts/NAME`` (window means) and ``eval/NAME``: ``reached_end`` (1.0 or 0.0) and
+``distance`` (states left to the end). The env keeps its own time limit rather than gymnasium's
+``TimeLimit`` wrapper so that it knows when an episode is truncated and can report them then too.
+
 The env is deliberately not put in gymnasium's global registry: the ``gymnasium`` env family
 accepts every id registered there, and harness would then find two plugins for one id.
 """
@@ -18,7 +23,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
-from gymnasium.wrappers import TimeLimit
 
 from harness_example.plugin import ChainConfig
 
@@ -26,12 +30,14 @@ from harness_example.plugin import ChainConfig
 class ChainEnv(gym.Env[np.ndarray, np.int64]):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
 
-    def __init__(self, length: int = 10, slip: float = 0.1) -> None:
+    def __init__(self, length: int = 10, slip: float = 0.1, max_steps: int = 25) -> None:
         self.length = length
         self.slip = slip
+        self.max_steps = max_steps
         self.observation_space = spaces.Box(0.0, 1.0, (length,), np.float32)
         self.action_space = spaces.Discrete(2)
         self.position = 0
+        self.steps = 0
 
     def _obs(self) -> np.ndarray:
         obs = np.zeros(self.length, np.float32)
@@ -41,8 +47,11 @@ class ChainEnv(gym.Env[np.ndarray, np.int64]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)  # seeds self.np_random, which drives the slips
+        # harness resets the vector env with the run's seed (gymnasium gives env i seed + i):
+        # every random draw must come from self.np_random, which this seeds
+        super().reset(seed=seed)
         self.position = 0
+        self.steps = 0
         return self._obs(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -50,12 +59,19 @@ class ChainEnv(gym.Env[np.ndarray, np.int64]):
         if self.np_random.random() < self.slip:
             move = -move
         self.position = min(max(self.position + move, 0), self.length - 1)
+        self.steps += 1
         terminated = self.position == self.length - 1
-        return self._obs(), float(terminated), terminated, False, {}
+        truncated = not terminated and self.steps >= self.max_steps
+        info: dict[str, Any] = {}
+        if terminated or truncated:
+            # floats only: the runner averages them over episodes (and over farm actors)
+            distance = float(self.length - 1 - self.position)
+            info["episode_metrics"] = {"reached_end": float(terminated), "distance": distance}
+        return self._obs(), float(terminated), terminated, truncated, info
 
 
 def make_one(config: ChainConfig) -> gym.Env[np.ndarray, np.int64]:
-    return TimeLimit(ChainEnv(config.length, config.slip), max_episode_steps=config.max_steps)
+    return ChainEnv(config.length, config.slip, config.max_steps)
 
 
 def make_vector_env(

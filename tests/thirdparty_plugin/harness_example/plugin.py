@@ -1,5 +1,8 @@
 """The entry point (``[project.entry-points.harness] example = "harness_example.plugin"``).
 
+It registers one of each record a package typically ships: an env family, an algorithm, a
+tracker, a competition pack (a data file inside the package) and a CLI subcommand.
+
 Registration hooks return records and instantiate nothing, and this module imports neither
 gymnasium nor a NN framework: `harness plugins` stays fast, and the env module is imported only
 when a run builds ``ExampleChain-v0``.
@@ -8,14 +11,17 @@ when a run builds ``ExampleChain-v0``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness import hookimpl
 from harness.errors import ConfigError
-from harness.registry import AlgorithmSpec, CommandSpec, EnvSpec
+from harness.registry import AlgorithmSpec, CommandSpec, CompetitionSpec, EnvSpec, TrackerSpec
 from harness_example import reinforce
+from harness_example.tracker import JsonlTracker
 
 ENV_IDS = ("ExampleChain-v0",)
+PACKS = Path(__file__).resolve().parent / "packs"
 
 
 @dataclass
@@ -83,6 +89,22 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=reinforce.ReinforceConfig,
             action_spaces=("discrete",),
             description="REINFORCE with a learned value baseline (example plugin)",
+        )
+    ]
+
+
+@hookimpl
+def harness_register_trackers() -> list[TrackerSpec]:
+    return [TrackerSpec("jsonl", make=JsonlTracker, description="metrics.jsonl, a line per row")]
+
+
+@hookimpl
+def harness_register_competitions() -> list[CompetitionSpec]:
+    return [
+        CompetitionSpec(
+            "example_chain",
+            PACKS / "chain" / "pack.toml",
+            description="example_reinforce on ExampleChain-v0, logged to metrics.jsonl",
         )
     ]
 

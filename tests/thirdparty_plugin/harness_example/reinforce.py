@@ -6,6 +6,11 @@ The agent collects complete episodes from every env and updates once it has
 baseline's regression loss). Monte Carlo returns only: an episode cut by the time limit is
 treated as finished, and a partly collected episode is not checkpointed (the runner resets its
 envs on resume anyway). Discrete actions only.
+
+Acting issues no framework operation: the agent samples from the logits of a numpy copy of the
+policy (``backend.inference``) with its own checkpointed generator. That copy does not follow
+the network, so the algorithm takes a new one whenever the weights change: after an update,
+``load_state`` (resume, evaluation) and ``set_policy_weights`` (farm actors).
 """
 
 from __future__ import annotations
@@ -67,12 +72,14 @@ class Reinforce(Algorithm):
         self.baseline = backend.mlp(obs_dim, config.hidden, 1, activation=act)
         self.net = backend.group(policy=self.policy, baseline=self.baseline)
         self.optimizer = backend.optimizer(self.net, lr=config.learning_rate)
+        self.refresh_policy()
 
-    def act(self, obs: np.ndarray, *, greedy: bool) -> np.ndarray:
-        bk = self.backend
-        with bk.no_grad():
-            dist = bk.categorical(self.policy(bk.tensor(obs)))
-            return bk.numpy(dist.mode() if greedy else dist.sample())
+    def refresh_policy(self) -> None:
+        """Take the numpy copy that acting uses; after every change of the policy weights."""
+        self.acting = self.backend.inference(self.policy)
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(self.acting(obs), np.float64)
 
     def learn(self, batch: EpisodeBatch) -> dict[str, float]:
         bk, c = self.backend, self.config
@@ -87,6 +94,7 @@ class Reinforce(Algorithm):
         entropy = bk.mean(dist.entropy())
         loss = policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        self.refresh_policy()
         return {
             "losses/policy_loss": bk.item(policy_loss),
             "losses/value_loss": bk.item(value_loss),
@@ -103,12 +111,14 @@ class Reinforce(Algorithm):
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.backend.load_state(self.net, state["net"])
         self.backend.load_state(self.optimizer, state["optimizer"])
+        self.refresh_policy()
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         return self.backend.get_weights(self.policy)
 
     def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         self.backend.set_weights(self.policy, weights)
+        self.refresh_policy()
 
 
 class ReinforceAgent(Agent):
@@ -117,8 +127,10 @@ class ReinforceAgent(Agent):
     algorithm: Reinforce
     config: ReinforceConfig
 
-    def __init__(self, algorithm: Reinforce, info: EnvInfo, config: ReinforceConfig) -> None:
-        super().__init__(algorithm, info, config)
+    def __init__(
+        self, algorithm: Reinforce, info: EnvInfo, config: ReinforceConfig, *, seed: int = 0
+    ) -> None:
+        super().__init__(algorithm, info, config, seed=seed)
         self.name = "example_reinforce"
         self.on_policy = True
         self.rollout_len = config.rollout_len
@@ -126,13 +138,20 @@ class ReinforceAgent(Agent):
         self.finished: list[list[tuple[np.ndarray, int, float]]] = []
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return self.algorithm.act(obs, greedy=False), {}
+        logits = self.algorithm.logits(obs)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        cdf = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
+        # inverse-CDF sampling from self.rng, which checkpoints save and restore
+        u = self.rng.random((len(cdf), 1))
+        actions = np.minimum((u > cdf).sum(axis=1), cdf.shape[1] - 1)
+        return actions.astype(np.int64), {}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.algorithm.act(obs, greedy=True)
+        return self.algorithm.logits(obs).argmax(axis=1).astype(np.int64)
 
     def observe(self, transition: Transition) -> None:
         t = transition
+        self.env_steps += len(t.obs)
         for i in range(len(t.obs)):
             self.open[i].append((t.obs[i], int(t.actions[i]), float(t.rewards[i])))
             if t.terminated[i] or t.truncated[i]:
@@ -174,11 +193,11 @@ def make_agent(
     seed: int = 0,
     total_steps: int = 1,
 ) -> ReinforceAgent:
-    """``seed`` and ``total_steps`` are unused: sampling draws from the backend's seeded RNG
-    and nothing is scheduled over the run."""
+    """``seed`` seeds the agent's sampling generator; ``total_steps`` is unused (nothing is
+    scheduled over the run)."""
     if info.action.kind != "discrete":
         raise IncompatibleError(
             f"example_reinforce needs discrete actions; {info.env_id!r} has a "
             f"{info.action.kind} action space."
         )
-    return ReinforceAgent(Reinforce(backend, info, config), info, config)
+    return ReinforceAgent(Reinforce(backend, info, config), info, config, seed=seed)
