@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from harness.hookspecs import hookimpl, hookspec
 from harness.remote import ActorLost, RemoteError, connect, release, remote
+from harness.version import __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "ActorLost",
     "RemoteError",

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
 from harness.config import (
     Config,
     RawConfig,
@@ -30,6 +29,7 @@ from harness.config import (
 from harness.errors import ConfigError, HarnessError, missing_extra
 from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
 from harness.registry import KINDS, Registry
+from harness.version import __version__
 
 log = logging.getLogger("harness")
 

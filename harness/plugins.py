@@ -163,7 +163,7 @@ def make_plugin_manager(
 
 
 def _version() -> str:
-    from harness import __version__
+    from harness.version import __version__
 
     return __version__
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from harness import __version__
 from harness.api import Agent, EnvInfo, Transition, team_reward, tree_map
 from harness.checkpoint import latest_checkpoint, read_meta, save_checkpoint, write_atomic_text
 from harness.config import Config, RunConfig, write_resolved
@@ -39,6 +38,7 @@ from harness.plugins import HarnessPluginManager
 from harness.registry import AlgorithmSpec, Registry
 from harness.runtime.spaces import env_info
 from harness.tracking import MetricsRouter, Tracker
+from harness.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from harness import numpy_nets
 from harness.cpus import cpu_features, cpu_share
 from harness.errors import ConfigError
-from harness_paddle.plugin import PaddleConfig
+from harness_paddle.config import PaddleConfig
 
 
 def mkl_cpu_type(vendor: str, flags: frozenset[str]) -> str | None:

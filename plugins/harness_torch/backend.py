@@ -24,8 +24,8 @@ from harness import numpy_nets
 from harness.cpus import cpu_share
 from harness.errors import ConfigError
 from harness_torch import int8
+from harness_torch.config import TorchConfig
 from harness_torch.int8 import Int8CNN
-from harness_torch.plugin import TorchConfig
 
 log = logging.getLogger(__name__)
 
