@@ -20,7 +20,7 @@ import pytest
 from harness import hookimpl
 from harness.errors import PluginError
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.registry import AlgorithmSpec, TrackerSpec
+from harness.registry import TrackerSpec
 
 PLUGIN_MODULE = """
 import dataclasses
@@ -163,24 +163,6 @@ def test_a_run_chooses_the_third_party_algorithm_by_its_qualified_name(renamed_d
         str(renamed_dist / "runs"),
     )
     assert "the clash test never trains" in proc.stderr, proc.stderr[-3000:]
-
-
-def _algo_plugin(name: str) -> SimpleNamespace:
-    @hookimpl
-    def harness_register_algorithms() -> list[AlgorithmSpec]:
-        return [AlgorithmSpec(name, make_agent=lambda *a, **k: None, config_cls=object)]
-
-    return SimpleNamespace(harness_register_algorithms=harness_register_algorithms)
-
-
-def test_between_two_third_party_plugins_the_first_registered_keeps_the_name() -> None:
-    pm = make_plugin_manager(autoload=False)
-    pm.register_plugin(_algo_plugin("same"), "first")
-    pm.register_plugin(_algo_plugin("same"), "second")
-    registry = collect_registry(pm)
-    assert registry.algorithms.get("same").plugin == "first"
-    assert registry.algorithms.get("second:same").plugin == "second"
-    assert registry.algorithms.clashes == {"same": ["first", "second"]}
 
 
 def test_the_same_module_registered_twice_is_skipped_with_a_reason() -> None:

@@ -42,6 +42,9 @@ def test_duplicate_names_are_a_clash_naming_both_plugins() -> None:
     message = registry.algorithms.clash_message("same")
     assert "'same' is registered by plugins 'first', 'second'" in message
     assert "'second:same'" in message
+    assert registry.algorithms.clashes == {"same": ["first", "second"]}
+    assert registry.algorithms.get("same").plugin == "first"  # (neither is first-party)
+    assert registry.algorithms.get("second:same").plugin == "second"
 
 
 def test_unknown_name_suggests() -> None:
