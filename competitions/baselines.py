@@ -81,8 +81,7 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     from harness.checkpoint import latest_checkpoint
     from harness.config import find_pack_file, layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
-    from harness.runtime import evaluate, train
-    from harness.runtime.run import load_agent
+    from harness.runtime import evaluate, load_agent, train
 
     pm = make_plugin_manager()
     registry = collect_registry(pm)

@@ -40,109 +40,50 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.api import Agent, Transition, tree_map
-from harness.config import Config, RunConfig
+from harness.config import Config
 from harness.cpus import cpu_share
-from harness.errors import ConfigError, HarnessError
-from harness.remote import ActorLost, ActorOptions, Client, RemoteClass, completions
+from harness.errors import HarnessError
+from harness.plugins import collect_registry, make_plugin_manager
+from harness.remote import (
+    ActorLost,
+    ActorOptions,
+    Client,
+    RemoteClass,
+    SupportsReportMetrics,
+    completions,
+)
+from harness.runtime.build import (
+    ACTOR_MEMORY_MB,
+    available_memory_mb,
+    check_actor_capacity,
+    make_agent,
+    make_envs,
+)
+from harness.runtime.collectors import Collector
+from harness.runtime.spaces import env_info
+from harness.runtime.stepper import STEP_FIELDS, EnvStepper, Episode, configure_envs
 
 if TYPE_CHECKING:
     from harness.registry import Registry
-    from harness.runtime.run import Episode, Run
+    from harness.runtime.state import Run
+
+__all__ = [
+    "ACTOR_MEMORY_MB",
+    "MAX_RESTARTS_PER_ACTOR",
+    "FarmCollector",
+    "RolloutActor",
+    "acting_config",
+    "available_memory_mb",
+    "check_actor_capacity",
+    "preload_modules",
+]
+# (the memory check moved to harness.runtime.build with the other checks made before a run
+# starts; its names stay importable from here)
 
 log = logging.getLogger(__name__)
 
-_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-
 MAX_RESTARTS_PER_ACTOR = 1000
 """A run whose actor keeps dying more often than this stops with an error (a crash loop)."""
-
-ACTOR_MEMORY_MB = 48
-"""The memory one actor process of an embedded farm takes from this machine, in MiB. Measured
-with psutil's ``memory_full_info`` once a second over CartPole PPO farm runs (60k steps, 2
-and 8 actors, torch backend, on the 2-core dev VM): each actor's RSS is 241 MiB, but all but
-15 MiB of it (its USS, private pages) is shared with the zygote it was forked from. Starting
-hundreds costs more than that steady state: `--actors 100000` on the 24 GiB dev VM was ended
-by the OOM killer after ~500 actors, ~48 MiB each (page tables copied at fork, sockets and
-queues on both sides, pages dirtied while starting). Larger envs or networks need more: this
-refuses counts the machine cannot hold, it does not promise that fewer fit
-(``run.max_actors`` overrides it)."""
-
-
-def available_memory_mb() -> float | None:
-    """Memory this process could still use, in MiB: the kernel's ``MemAvailable``, or less
-    when a cgroup (a container, a batch job) limits it; None when neither can be read."""
-    found = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) / 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    cgroup = _cgroup_room_mb()
-    if cgroup is not None:
-        found.append(cgroup)
-    return min(found) if found else None
-
-
-def _cgroup_room_mb() -> float | None:
-    """The room left under this process's cgroup memory limit (v2 or v1), if it has one."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            files = ("/sys/fs/cgroup" + path, "memory.max", "memory.current")
-        elif "memory" in controllers.split(","):
-            files = (
-                "/sys/fs/cgroup/memory" + path,
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-            )
-        else:
-            continue
-        try:
-            with open(os.path.join(files[0], files[1]), encoding="ascii") as f:
-                limit = f.read().strip()
-            with open(os.path.join(files[0], files[2]), encoding="ascii") as f:
-                usage = int(f.read())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < 1 << 60:  # "max" or a huge number: no limit
-            return max(0, int(limit) - usage) / 2**20
-    return None
-
-
-def check_actor_capacity(run: RunConfig, available_mb: float | None = None) -> None:
-    """Refuse, before anything is forked, more actors than this machine can hold: each is a
-    process of about :data:`ACTOR_MEMORY_MB`, and a count past the memory ends the run in the
-    kernel's OOM killer rather than an error. ``run.max_actors`` replaces the estimate. A
-    cluster (``run.cluster``) is left alone: its client learns nothing of the workers'
-    memory, and its master queues (then times out) placements no worker can take."""
-    if run.actors <= 0 or run.cluster:
-        return
-    if run.max_actors > 0:
-        if run.actors > run.max_actors:
-            raise ConfigError(
-                f"run.actors = {run.actors} is more than run.max_actors = {run.max_actors}. "
-                f"Lower run.actors (--actors) or raise run.max_actors."
-            )
-        return
-    available = available_memory_mb() if available_mb is None else available_mb
-    if available is None:  # (not Linux and no way to tell): let the farm try
-        return
-    limit = int(available // ACTOR_MEMORY_MB)
-    if run.actors > limit:
-        raise ConfigError(
-            f"run.actors = {run.actors} is more actor processes than this machine's memory "
-            f"holds: {available:.0f} MiB are available and an actor needs about "
-            f"{ACTOR_MEMORY_MB} MiB, so the limit is {limit} actors. Lower run.actors "
-            f"(--actors {max(1, limit)}), or, if your actors need less memory, allow more with "
-            f"--set run.max_actors={run.actors}."
-        )
 
 
 def acting_config(config: Config) -> Config:
@@ -162,10 +103,6 @@ class RolloutActor:
     """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent."""
 
     def __init__(self, config: Config, index: int, num_envs: int, seed: int) -> None:
-        from harness.plugins import collect_registry, make_plugin_manager
-        from harness.runtime.run import EnvStepper, make_agent, make_envs
-        from harness.runtime.spaces import env_info
-
         registry = collect_registry(make_plugin_manager())
         config = acting_config(config)
         self.envs = make_envs(config, registry, num_envs, seed=None)
@@ -206,9 +143,7 @@ class RolloutActor:
 
     def configure_envs(self, changes: dict[str, Any]) -> None:
         """``configure(**changes)`` on this actor's envs (see ``Run.update_env``)."""
-        from harness.runtime.run import _configure
-
-        _configure(self.envs, changes)
+        configure_envs(self.envs, changes)
 
     def pid(self) -> int:
         """The actor's process id (tests and the monitor use it)."""
@@ -257,8 +192,9 @@ class _Slot:
     received_steps: int = 0
 
 
-class FarmCollector:
-    """Experience from remote actors (see the module docstring)."""
+class FarmCollector(Collector):
+    """Experience from remote actors (see the module docstring), the collector of a run with
+    ``run.actors > 0``."""
 
     def __init__(self, run: Run) -> None:
         cfg = run.config.run
@@ -277,6 +213,8 @@ class FarmCollector:
             options["cpus"] = max(cfg.actors, cpu_share())
         spec = run.registry.transports.get(cfg.transport)
         self.client: Client = spec.connect(cfg.cluster or None, **options)
+        # (checked once: an isinstance against a Protocol costs ~10 us)
+        self.reporter = self.client if isinstance(self.client, SupportsReportMetrics) else None
         self.actor_cls = RemoteClass(
             RolloutActor, ActorOptions(cpus=1.0, memory_mb=cfg.actor_memory_mb or None)
         )
@@ -404,7 +342,7 @@ class FarmCollector:
         def flat(a: np.ndarray) -> np.ndarray:
             return a.reshape(rows, *a.shape[2:])
 
-        fields = [tree_map(flat, chunk[name]) for name in _FIELDS]
+        fields = [tree_map(flat, chunk[name]) for name in STEP_FIELDS]
         extras = {key: flat(value) for key, value in chunk["extras"].items()}
         run.agent.observe(Transition(*fields, extras))  # type: ignore[call-arg]
         run.step += rows
@@ -434,7 +372,7 @@ class FarmCollector:
 
             fields = [
                 tree_map(side_by_side, chunks[0][name], *(c[name] for c in chunks[1:]))
-                for name in _FIELDS
+                for name in STEP_FIELDS
             ]
             step_extras = {
                 key: side_by_side(*(c["extras"][key] for c in chunks)) for key in extras_keys
@@ -483,15 +421,14 @@ class FarmCollector:
         self.lags.clear()
         self._stepping = self._between = 0.0
         self._stepped = 0
-        report = getattr(self.client, "report_metrics", None)
-        if report is not None:
+        if self.reporter is not None:
             shown = {
                 "steps_per_s": metrics["farm/actor_sps_mean"] * len(self.slots),
                 "policy_lag": metrics["farm/policy_lag"],
                 "inbox": metrics["farm/inbox"],
                 "dropped": metrics["farm/lost_rollouts"],
             }
-            report({**shown, **self._learner_device(run)})
+            self.reporter.report_metrics({**shown, **self._learner_device(run)})
         return metrics
 
     def _learner_device(self, run: Run) -> dict[str, float]:

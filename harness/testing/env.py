@@ -9,8 +9,8 @@ import numpy as np
 
 from harness.api import EnvInfo, SpaceInfo
 from harness.registry import EnvSpec
-from harness.runtime.run import EPISODE_METRICS
 from harness.runtime.spaces import env_info as read_env_info
+from harness.runtime.stepper import EPISODE_METRICS
 from harness.testing.common import (
     _action_batch,
     _agent_spaces,

@@ -22,8 +22,7 @@ from harness.checkpoint import latest_checkpoint
 from harness.config import Config, layer, resolve
 from harness.errors import CheckpointError, ConfigError, IncompatibleError
 from harness.registry import Registry
-from harness.runtime.run import load_agent, make_envs
-from harness.runtime.spaces import space_info
+from harness.runtime import load_agent, make_envs, space_info
 from harness_offline.datasets import import_minari, minari_root
 
 DATASET_NAME = re.compile(r"^[-_\w]+-v\d+$")
@@ -106,7 +105,7 @@ def source_config(
     configs: Sequence[str],
 ) -> tuple[Config, Path | None]:
     """The config of SOURCE and its checkpoint (None for a pack with --policy random)."""
-    from harness.cli import checkpoint_config, pack_file
+    from harness.commands import checkpoint_config, pack_file
 
     try:
         ckpt = latest_checkpoint(Path(source))

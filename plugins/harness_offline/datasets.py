@@ -153,7 +153,7 @@ def same_space(a: SpaceInfo, b: SpaceInfo) -> bool:
 def check_spaces(dataset: Any, directory: Path, info: EnvInfo, algo: str) -> None:
     """Refuse a dataset whose observation or action space differs from the env's, printing
     both (the dataset's as Minari stores it, the env's as harness sees it)."""
-    from harness.runtime.spaces import space_info
+    from harness.runtime import space_info
 
     rows, bad = [], []
     for what, theirs, ours in (

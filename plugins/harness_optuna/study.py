@@ -348,7 +348,7 @@ def _warm_report_imports() -> None:
 
 def _trial_modules(prep: Prepared, registry: Registry) -> list[str]:
     """What a trial worker imports: the pack's plugins (and torch), optuna and this plugin."""
-    from harness.runtime.farm import preload_modules
+    from harness.runtime import preload_modules
 
     try:
         modules = preload_modules(resolve(_copy(prep.raw), registry), registry)

@@ -41,7 +41,7 @@ from gymnasium import spaces
 
 from harness.errors import IncompatibleError
 
-EPISODE_METRICS = "episode_metrics"  # harness.runtime.run.EPISODE_METRICS (no runtime import)
+EPISODE_METRICS = "episode_metrics"  # harness.runtime.stepper.EPISODE_METRICS (no runtime import)
 
 
 def check_space(agent: str, space: Any, what: str, env_name: str) -> None:
