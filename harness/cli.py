@@ -9,26 +9,27 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import (
-    Config,
-    RawConfig,
-    RunConfig,
-    describe,
-    find_pack_file,
-    layer,
-    parse_override,
-    resolve,
+# the helpers a plugin's subcommand shares with the core commands live in harness.commands
+from harness.commands import (
+    _load_plugins,
+    _pack_file,
+    _plugin_flags,
+    add_config_options,
+    checkpoint_config,
 )
+
+# re-exported for plugins written before harness.commands (which imported them from here)
+from harness.commands import pack_file as pack_file
+from harness.commands import plugins_for as plugins_for
+from harness.config import RunConfig, describe, layer, resolve
 from harness.errors import ConfigError, HarnessError, missing_extra
-from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
-from harness.registry import KINDS, Registry
+from harness.registry import KINDS
 from harness.version import __version__
 
 log = logging.getLogger("harness")
@@ -271,58 +272,13 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     return parser, sub, common
 
 
-def add_config_options(parser: argparse.ArgumentParser, set_help: str) -> None:
-    """``--set KEY=VALUE`` (into ``args.overrides``) and ``--config FILE`` (into
-    ``args.configs``), both repeatable: how every command layers config over a pack."""
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=set_help,
-    )
-    parser.add_argument(
-        "--config",
-        dest="configs",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a user config file layered over the pack (repeatable)",
-    )
-
-
-def plugins_for(args: argparse.Namespace) -> tuple[HarnessPluginManager, Registry]:
-    """The plugin manager and registry for a command's parsed arguments (its ``-p`` flags,
-    broken plugins reported on stderr): what a plugin's command needs to resolve configs."""
-    return _load_plugins(*_plugin_flags(getattr(args, "plugins", [])))
-
-
-def pack_file(pack: str, registry: Registry) -> Path:
-    """The pack file of a CLI ``PACK`` argument: a pack directory, a .toml/.yaml file or a
-    registered competition name (a clear error otherwise)."""
-    return _pack_file(pack, registry)
-
-
-def _plugin_flags(values: Sequence[str]) -> tuple[list[str], list[str]]:
-    blocked = [v[3:] for v in values if v.startswith("no:")]
-    load = [v for v in values if not v.startswith("no:")]
-    return blocked, load
-
-
-def _load_plugins(
-    blocked: Sequence[str], load: Sequence[str]
-) -> tuple[HarnessPluginManager, Registry]:
-    pm = make_plugin_manager(blocked=blocked, load=load)  # (it warns once per broken plugin)
-    return pm, collect_registry(pm)
-
-
 # ------------------------------------------------------------------------------------------
 # Commands
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.runtime import train
+    from harness.runtime.build import farm_size
 
     pm, registry = _load_plugins(*_plugin_flags(args.plugins))
     resume = Path(args.resume) if args.resume else None
@@ -351,10 +307,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides.insert(0, "run.progress=false")
     raw = layer(pack_file, [Path(c) for c in args.configs], overrides)
-    if args.actors is not None and args.actors > 0:  # (each actor steps at least one env)
+    # --actors N raises run.num_envs before resolving, so the checks and config.toml see it;
+    # -1 (one actor per core) is made concrete by build_run with the same farm_size
+    if args.actors is not None and args.actors > 0:
         num_envs = raw.sections["run"].get("num_envs", RunConfig.num_envs)
-        if isinstance(num_envs, int) and num_envs < args.actors:
-            raw.merge({"run": {"num_envs": args.actors}}, "--actors")
+        if isinstance(num_envs, int):  # (else resolve names the bad value)
+            _, wanted = farm_size(args.actors, num_envs)
+            if wanted != num_envs:
+                raw.merge({"run": {"num_envs": wanted}}, "--actors")
     config = resolve(raw, registry)
     if config.run.progress:  # a bar on a terminal; plain lines in logs (nohup, CI, batch jobs)
         from harness.progress import LineProgressReporter, RichProgressReporter
@@ -381,48 +341,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return spec.cluster(list(args.rest))
 
 
-def _pack_file(pack: str, registry: Registry) -> Path:
-    if not os.path.exists(pack) and pack in registry.competitions:
-        return registry.competitions.get(pack).pack_file
-    if not os.path.exists(pack) and os.sep not in pack and registry.competitions:
-        from harness.errors import did_you_mean
-
-        hint = did_you_mean(pack, registry.competitions)
-        raise ConfigError(f"Pack {pack!r} is neither a path nor a registered competition.{hint}")
-    return find_pack_file(pack)
-
-
 def _toml_literal(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
-
-
-def checkpoint_config(
-    source: Path,
-    overrides: Sequence[str],
-    registry: Registry,
-    *,
-    extra: tuple[Mapping[str, Mapping[str, Any]], str] | None = None,
-) -> tuple[Config, Path]:
-    """The resolved config of a run directory's newest checkpoint (or of a checkpoint
-    directory) with ``--set`` overrides, and that checkpoint: what ``harness eval`` and plugin
-    commands that load a trained agent (``harness collect``) start from. ``extra`` is one more
-    layer (values, origin) merged after the overrides."""
-    from harness.checkpoint import latest_checkpoint, read_meta
-    from harness.runtime.run import check_compatible
-
-    ckpt = latest_checkpoint(source)
-    meta = read_meta(ckpt)
-    if "config" not in meta:
-        raise ConfigError(f"{ckpt}: meta.json has no config; it was not written by harness run.")
-    raw = RawConfig()
-    raw.merge(meta["config"], str(ckpt / "meta.json"), for_algo=meta.get("algo"))
-    for text in overrides:
-        section, key, value = parse_override(text)
-        raw.merge({section: {key: value}}, f"--set {text}")
-    if extra is not None:
-        raw.merge(*extra)
-    check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
-    return resolve(raw, registry), ckpt
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -28,9 +28,10 @@ from __future__ import annotations
 import inspect
 import queue
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from harness.errors import HarnessError
 
@@ -43,6 +44,8 @@ __all__ = [
     "Proxy",
     "RemoteClass",
     "RemoteError",
+    "SupportsCompletions",
+    "SupportsReportMetrics",
     "completions",
     "connect",
     "current_client",
@@ -139,7 +142,17 @@ class ActorHandle(Protocol):
 
 
 class Client(Protocol):
-    """A connection to a farm of workers, returned by a transport's ``connect``."""
+    """A connection to a farm of workers, returned by a transport's ``connect``.
+
+    These two methods are what every transport must offer. A transport that can do more
+    declares it by also having the methods of an optional capability, each a protocol of its
+    own that callers check with ``isinstance`` before using it:
+
+    * :class:`SupportsCompletions`: its own, cheaper :class:`Completions` (:func:`completions`
+      falls back to the generic one);
+    * :class:`SupportsReportMetrics`: somewhere to show a run's metrics (an actor farm reports
+      there once per iteration; without it they go only to the run's trackers).
+    """
 
     def create_actor(
         self,
@@ -155,8 +168,31 @@ class Client(Protocol):
         """Release every actor this client created and disconnect (idempotent)."""
         ...
 
-    # Optional, for a transport that can do better than the generic version:
-    # ``completions() -> Completions`` (see :func:`completions`).
+
+@runtime_checkable
+class SupportsCompletions(Protocol):
+    """An optional :class:`Client` capability: the transport hands back finished futures
+    cheaper than done-callbacks and a queue can (the ZeroMQ client reads its actors' sockets
+    in the calling thread). Check with ``isinstance(client, SupportsCompletions)``; or call
+    :func:`completions`, which does."""
+
+    def completions(self) -> Completions:
+        """A new :class:`Completions` for futures of this client's actors (same contract as
+        the generic one)."""
+        ...
+
+
+@runtime_checkable
+class SupportsReportMetrics(Protocol):
+    """An optional :class:`Client` capability: the transport shows a run's metrics beside
+    the connection (the ZeroMQ cluster's ``harness cluster status`` and monitor page). Check
+    with ``isinstance(client, SupportsReportMetrics)`` before calling."""
+
+    def report_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Replace the shown metrics (short names to numbers, e.g. ``steps_per_s``,
+        ``policy_lag``, ``inbox``) with ``metrics``; called about once per iteration, so it
+        must not block on the network."""
+        ...
 
 
 # ------------------------------------------------------------------------------------------
@@ -392,10 +428,10 @@ class Completions:
 
 def completions(client: Any = None) -> Completions:
     """A :class:`Completions` for futures of ``client`` (its transport's own when it has
-    one: the ZeroMQ client's reads the actors' sockets in the calling thread through epoll,
-    O(1) per finished call)."""
-    make = getattr(client, "completions", None)
-    if make is not None:
-        made: Completions = make()
-        return made
+    one, :class:`SupportsCompletions`: the ZeroMQ client's reads the actors' sockets in the
+    calling thread through epoll, O(1) per finished call)."""
+    if isinstance(client, _Connection):  # what connect() returned: ask the client inside
+        client = client.client
+    if isinstance(client, SupportsCompletions):
+        return client.completions()
     return Completions()

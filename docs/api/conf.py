@@ -44,6 +44,9 @@ nitpick_ignore = [
     ("py:obj", "harness.registry.R"),
     # what connect() returns: a private wrapper of the Client, documented in words
     ("py:class", "harness.remote._Connection"),
+    # harness.commands' signatures: public modules (harness.public) without a page of their own
+    ("py:class", "harness.config.Config"),
+    ("py:class", "harness.plugins.HarnessPluginManager"),
 ]
 
 

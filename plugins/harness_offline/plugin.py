@@ -40,7 +40,7 @@ Examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from harness.cli import add_config_options
+    from harness.commands import add_config_options
 
     parser.add_argument(
         "source",
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.cli import plugins_for
+    from harness.commands import plugins_for
     from harness_offline.collect import collect
 
     _pm, registry = plugins_for(args)

@@ -43,7 +43,7 @@ The search space (docs/tuning.md):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from harness.cli import add_config_options
+    from harness.commands import add_config_options
 
     parser.add_argument("pack", help="pack directory, pack file or competition name")
     parser.add_argument(
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     """``harness tune``: validate, run the study, write and print the outputs."""
     from rich.console import Console
 
-    from harness.cli import pack_file as find_pack
-    from harness.cli import plugins_for
+    from harness.commands import pack_file as find_pack
+    from harness.commands import plugins_for
     from harness_optuna.report import summary_table, write_best, write_plots
     from harness_optuna.study import TuneRequest, base_pack_config, prepare, run_study
 

@@ -29,6 +29,10 @@ from harness.registry import EnvSpec
 
 log = logging.getLogger(__name__)
 
+DEPENDS_ON = ("harness_gymnasium",)
+"""First-party plugins this module imports (docs/plugins.md, "What a plugin may import"): the
+lean vector env of harness_gymnasium (``LeanSyncVectorEnv``) steps the competition envs."""
+
 IDS = {"Prosthetics-v0": "prosthetics", "L2M2019-v0": "l2m"}
 
 

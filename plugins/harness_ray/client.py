@@ -320,7 +320,12 @@ class RayActorHandle:
 
 
 class RayClient:
-    """Actors on the Ray this process is connected to (see :class:`harness.remote.Client`)."""
+    """Actors on the Ray this process is connected to (see :class:`harness.remote.Client`).
+
+    It has neither optional client capability: :func:`harness.remote.completions` gives the
+    generic :class:`~harness.remote.Completions` (whose done-callbacks arm :class:`RayFuture`'s
+    completion callback), and a farm's run metrics go only to the run's trackers (Ray's own
+    dashboard shows its actors)."""
 
     def __init__(self, address: str, owns_ray: bool, start_timeout_s: float) -> None:
         self.address = address

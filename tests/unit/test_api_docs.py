@@ -27,6 +27,7 @@ MODULES = [
     "harness.hookspecs",
     "harness.errors",
     "harness.remote",
+    "harness.commands",
 ]
 
 
