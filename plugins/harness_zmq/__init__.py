@@ -1,1 +1,18 @@
-"""The ZeroMQ transport: actor farm, cluster master/workers and web monitor."""
+"""The ZeroMQ transport: actor farm, cluster master/workers and web monitor.
+
+One module per job:
+
+- ``wire``: the envelope (and the frame helpers both ends share); ``security``: CURVE keys
+  and loopback checks; ``fields``: validation of what peers send the master.
+- ``client``: ``connect(address, **options)`` -> ``ZmqClient``, with ``options``
+  (``ZmqOptions``), ``handle`` (one actor's handle, calls and futures), ``receiver``
+  (completing futures nobody reads), ``farm`` (the embedded local farm) and ``masterlink``
+  (a cluster client's link to its master).
+- ``shipping``: local code packed by the client and installed by the actor.
+- ``launcher`` (actor process handles), ``zygote`` (the fork server), ``actor`` (an actor
+  process and its serving loop), ``process`` (the process plumbing those three share).
+- ``master`` (socket, loop, message handlers) on ``tables`` (peers, jobs, placement, status);
+  ``worker``: a worker host; ``monitor``: the web monitor, its page in ``monitor.html``.
+- ``cli``: ``harness cluster ...``, with ``clusters`` (this host's state files) and
+  ``control`` (asking a master for its status or to stop); ``plugin``: the registration.
+"""

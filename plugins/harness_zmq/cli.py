@@ -7,6 +7,9 @@ pids, create times and address in a state file under ``~/.harness/clusters/`` (o
 those recorded processes (and kills them, after checking their create time, if they linger);
 other clusters on the host are never touched.
 
+The state files live in :mod:`harness_zmq.clusters`; asking a master for its status or to stop
+in :mod:`harness_zmq.control` (``request_status`` and ``state_dir`` are re-exported here).
+
 Errors are :class:`harness.errors.HarnessError` (the core CLI prints one paragraph and exits 2).
 """
 
@@ -27,9 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness_zmq.clusters import (
+    alive,
+    keys_for,
+    process_record,
+    resolve,
+    state_dir,
+    state_file,
+)
+from harness_zmq.control import STATUS_TIMEOUT_S, request_status, send_stop
 
 DEFAULT_PORT = 7450
-STATUS_TIMEOUT_S = 3.0
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
@@ -162,202 +173,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 # ------------------------------------------------------------------------------------------
-# state files
-
-
-def state_dir() -> Path:
-    """Where ``start`` records its clusters: ``$HARNESS_STATE_DIR`` or ``~/.harness/clusters``."""
-    env = os.environ.get("HARNESS_STATE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".harness" / "clusters"
-
-
-def _state_file(address: str) -> Path:
-    name = re.sub(r"[^A-Za-z0-9.]+", "_", address.removeprefix("tcp://")).strip("_")
-    return state_dir() / f"{name}.json"
-
-
-def _read_states() -> list[dict[str, Any]]:
-    states = []
-    d = state_dir()
-    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(state, dict) and isinstance(state.get("address"), str):
-            state["_path"] = str(path)
-            states.append(state)
-    return states
-
-
-def _alive(record: dict[str, Any]) -> bool:
-    """The recorded process still runs (same pid and create time, not a zombie)."""
-    import psutil
-
-    try:
-        proc = psutil.Process(int(record["pid"]))
-        if abs(proc.create_time() - float(record["create_time"])) > 0.01:
-            return False  # the pid was reused by another process
-        return bool(proc.status() != psutil.STATUS_ZOMBIE)
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return False
-
-
-def _record(pid: int, role: str) -> dict[str, Any]:
-    import psutil
-
-    return {"role": role, "pid": pid, "create_time": psutil.Process(pid).create_time()}
-
-
-def _resolve(address: str | None) -> tuple[str, dict[str, Any] | None]:
-    """The address to talk to and its state record (None for a cluster started elsewhere)."""
-    states = _read_states()
-    if address is not None:
-        _check_address(address)
-        for state in states:
-            if state["address"] == address:
-                return address, state
-        return address, None
-    live = []
-    for state in states:
-        if any(_alive(p) for p in state.get("processes", [])):
-            live.append(state)
-        else:  # a cluster that ended without 'stop' (a reboot, kill -9): forget it
-            with contextlib.suppress(OSError):
-                Path(state["_path"]).unlink()
-    if len(live) == 1:
-        return live[0]["address"], live[0]
-    if not live:
-        raise HarnessError(
-            f"no running cluster is recorded in {state_dir()}: pass its ADDRESS "
-            f"(tcp://HOST:PORT) or start one with 'harness cluster start'."
-        )
-    names = ", ".join(s["address"] for s in live)
-    raise HarnessError(f"several clusters run on this host ({names}): pass one as ADDRESS.")
-
-
-def _check_address(address: str) -> tuple[str, int]:
-    from harness_zmq.security import host_of
-
-    host = host_of(address).strip("[]")
-    port_text = address.rpartition(":")[2]
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise HarnessError(f"address {address!r} has no valid port: use tcp://HOST:PORT")
-    return host, int(port_text)
-
-
-def _keys_for(args_keys: str | None, state: dict[str, Any] | None) -> Any:
-    from harness_zmq.security import load_keys
-
-    directory = args_keys or (state or {}).get("keys")
-    return load_keys(directory) if directory else None
-
-
-# ------------------------------------------------------------------------------------------
-# talking to a master
-
-
-def _probe(address: str, timeout: float) -> None:
-    """Fail fast (a clear error) when nothing accepts TCP connections at ``address``."""
-    host, port = _check_address(address)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except ConnectionRefusedError:
-        raise HarnessError(
-            f"nothing is listening at {address} (connection refused). Is the cluster running? "
-            f"Start one with 'harness cluster start', or check the address."
-        ) from None
-    except TimeoutError:
-        raise HarnessError(
-            f"no answer from {address} within {timeout:g} s (the host is down or a firewall "
-            f"drops the connection). Check the address."
-        ) from None
-    except OSError as exc:
-        raise HarnessError(f"cannot reach {address}: {exc.strerror or exc}.") from None
-
-
-def request_status(address: str, keys: Any = None, timeout: float = STATUS_TIMEOUT_S) -> Any:
-    """Ask the master at ``address`` for its status dict (msgpack, never pickle).
-
-    Raises HarnessError within about ``timeout`` seconds when nothing (or no master)
-    answers, and when the master refuses (another protocol version)."""
-    import zmq
-
-    from harness_zmq import wire
-    from harness_zmq.security import Guard
-    from harness_zmq.wire import Kind, MalformedFrame
-
-    _probe(address, min(timeout, 2.0))
-    context: zmq.Context[Any] = zmq.Context()
-    guard = Guard(context, keys)
-    sock = context.socket(zmq.DEALER)
-    sock.linger = 0
-    try:
-        guard.client(sock)
-        sock.connect(address)
-        sock.send_multipart(wire.pack(Kind.STATUS, {"id": 1}))
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if not sock.poll(int(left * 1000) + 1):
-                break
-            frames = sock.recv_multipart()
-            try:
-                msg = wire.unpack(frames)
-            except MalformedFrame:
-                continue
-            if msg.header["v"] != wire.PROTOCOL or msg.kind is Kind.REFUSED:
-                reason = msg.header.get("reason")
-                if not isinstance(reason, str):
-                    reason = (
-                        f"the master speaks protocol {msg.header['v']}, this harness speaks "
-                        f"protocol {wire.PROTOCOL}"
-                    )
-                raise HarnessError(f"the master at {address} refused the request: {reason}")
-            if msg.kind is Kind.STATUS_REPLY:
-                try:
-                    return wire.load_data(msg.payload)
-                except MalformedFrame as exc:
-                    raise HarnessError(
-                        f"the master at {address} sent a bad status: {exc}"
-                    ) from None
-        hint = (
-            " Are --keys the cluster's keys?"
-            if keys is not None
-            else " If the cluster was started with --keys, pass --keys DIR."
-        )
-        raise HarnessError(
-            f"no harness cluster master answered at {address} within {timeout:g} s: something "
-            f"accepts connections there, but it is not a master that lets this client in.{hint}"
-        )
-    finally:
-        sock.close()
-        guard.close()
-        context.term()
-
-
-def _send_stop(address: str, keys: Any) -> None:
-    import zmq
-
-    from harness_zmq import wire
-    from harness_zmq.security import Guard
-    from harness_zmq.wire import Kind
-
-    context: zmq.Context[Any] = zmq.Context()
-    guard = Guard(context, keys)
-    sock = context.socket(zmq.DEALER)
-    sock.linger = 2000  # the message must leave before the socket closes
-    try:
-        guard.client(sock)
-        sock.connect(address)
-        sock.send_multipart(wire.pack(Kind.STOP))
-    finally:
-        sock.close()
-        guard.close()
-        context.term()
-
-
-# ------------------------------------------------------------------------------------------
 # commands
 
 
@@ -402,7 +217,7 @@ def _check_start(args: argparse.Namespace) -> Any:
         raise HarnessError(f"--cpus must be >= 0, got {args.cpus:g}")
     if args.heartbeat_s <= 0:
         raise HarnessError(f"--heartbeat-s must be positive, got {args.heartbeat_s:g}")
-    keys = _keys_for(args.keys, None)
+    keys = keys_for(args.keys, None)
     if args.port != 0:
         _check_bind(args.host, args.port, "a cluster master", "--port")
     if args.monitor_port:
@@ -487,11 +302,11 @@ def cmd_start(args: argparse.Namespace) -> int:
             "monitor": monitor,
             "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
             "started": time.time(),
-            "processes": [_record(master.pid, "master")]
-            + ([_record(worker.pid, "worker")] if worker is not None else []),
+            "processes": [process_record(master.pid, "master")]
+            + ([process_record(worker.pid, "worker")] if worker is not None else []),
             "logs": [str(master_log)] + ([str(worker_log)] if worker is not None else []),
         }
-        path = _state_file(address)
+        path = state_file(address)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(path)
@@ -566,7 +381,7 @@ def _start_foreground(args: argparse.Namespace, keys: Any) -> int:
         monitor_host=args.monitor_host,
     )
     worker = None
-    path = _state_file(master.address)
+    path = state_file(master.address)
     try:
         if args.cpus > 0:
             worker = subprocess.Popen(
@@ -581,8 +396,8 @@ def _start_foreground(args: argparse.Namespace, keys: Any) -> int:
                     "monitor": master.monitor_url,
                     "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
                     "started": time.time(),
-                    "processes": [_record(os.getpid(), "master")]
-                    + ([_record(worker.pid, "worker")] if worker is not None else []),
+                    "processes": [process_record(os.getpid(), "master")]
+                    + ([process_record(worker.pid, "worker")] if worker is not None else []),
                     "logs": [],
                 },
                 indent=2,
@@ -618,8 +433,8 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    address, state = _resolve(args.address)
-    status = request_status(address, _keys_for(args.keys, state), timeout=args.timeout)
+    address, state = resolve(args.address)
+    status = request_status(address, keys_for(args.keys, state), timeout=args.timeout)
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
@@ -715,8 +530,8 @@ def _duration(seconds: float) -> str:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    address, state = _resolve(args.address)
-    keys = _keys_for(args.keys, state)
+    address, state = resolve(args.address)
+    keys = keys_for(args.keys, state)
     try:
         request_status(address, keys)
         answered = True
@@ -726,7 +541,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         answered = False
         print(f"harness: warning: {exc}", file=sys.stderr)
     if answered:
-        _send_stop(address, keys)
+        send_stop(address, keys)
     if state is None:  # started elsewhere: wait until the master stops answering
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -752,13 +567,13 @@ def _end_processes(records: list[dict[str, Any]], *, graceful: bool) -> list[int
     """Wait for the recorded processes to exit; SIGKILL those that linger, but only after
     checking that the pid still belongs to the recorded process (its create time)."""
     deadline = time.monotonic() + (STOP_TIMEOUT_S if graceful else 0.0)
-    pending = [r for r in records if _alive(r)]
+    pending = [r for r in records if alive(r)]
     while pending and time.monotonic() < deadline:
         time.sleep(0.05)
-        pending = [r for r in pending if _alive(r)]
+        pending = [r for r in pending if alive(r)]
     killed = []
     for record in pending:
-        if _alive(record):  # checks pid + create time right before the signal
+        if alive(record):  # checks pid + create time right before the signal
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(record["pid"]), signal.SIGKILL)
                 killed.append(int(record["pid"]))

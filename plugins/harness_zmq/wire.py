@@ -25,6 +25,10 @@ ones (see security.py).
 Malformed input raises :class:`MalformedFrame`; every receive loop catches it, counts it and
 drops the message. The invariant kept across protocol versions is that frame 0 is a msgpack map
 with an int "v" and a str "k", so an old peer can always be told what version it spoke.
+
+Both ends of a connection also share from here :data:`STATS_ATTRIBUTE` and the frame helpers
+:func:`send_frames` / :func:`recv_frames` (small frames copied, big ones not), so that the
+client's and the actor's modules need not import each other.
 """
 
 from __future__ import annotations
@@ -39,11 +43,14 @@ from typing import Any
 
 import cloudpickle
 import msgpack
+import zmq
+import zmq.backend
 
-PROTOCOL = 3
+PROTOCOL = 4
 """Bumped on any incompatible change of the envelope, the kinds or their fields (2: small
 payloads inline in the header; 3: plain scalar arguments and results as msgpack fields "a"
-and "r")."""
+and "r"; 4: an INIT's pickle names the shipping functions in ``harness_zmq.shipping``, so an
+older actor refuses it by version instead of failing to import them)."""
 
 SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
 """Types that travel as msgpack values ("a", "r") instead of pickles: msgpack round-trips each
@@ -56,6 +63,12 @@ INLINE_MAX = 16384
 # bigger buffers than this go out-of-band as their own frames; smaller ones stay in the pickle
 # (a ZeroMQ frame costs more than copying a few KB)
 OOB_MIN_BYTES = 4096
+
+PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+"""Types the C pickler pickles exactly as cloudpickle does, with nothing to send out of band."""
+
+STATS_ATTRIBUTE = "__harness_stats__"
+"""``GETATTR`` of this name answers the actor's counters instead of reading the object."""
 
 
 class Kind(enum.StrEnum):
@@ -221,7 +234,7 @@ def _keep(buf: pickle.PickleBuffer, buffers: list[Any]) -> bool:
 
 
 _pickling = _Pickling()
-_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_PLAIN = PLAIN
 _dump = pickle.Pickler.dump
 _ndarray: Any
 try:
@@ -341,3 +354,45 @@ def _buffer(frame: Any) -> Any:
     # read-only one is copied once into a bytearray
     view = memoryview(_bytes(frame))
     return view if not view.readonly else bytearray(view)
+
+
+# ------------------------------------------------------------------------------------------
+# frames on a socket: small ones are copied (cheaper than a zmq.Frame), big ones are not
+
+COPY_BELOW = 1 << 16
+"""Frames smaller than this are sent and received by copy; bigger ones without copying."""
+
+
+_SNDMORE = int(zmq.SNDMORE)
+# the socket's own send, without pyzmq's Python wrapper (which costs more than the send)
+_send = zmq.backend.Socket.send
+
+
+def send_frames(sock: Any, frames: list[Any], zero_copy: bool = False) -> None:
+    """Send one multipart message. ``zero_copy``: big frames are sent from the caller's
+    buffers, which must then stay unchanged until the message is out (a blocking call);
+    otherwise they are copied first (a snapshot: the caller may change them at once)."""
+    send = _send
+    if len(frames) == 2 and not zero_copy:
+        send(sock, frames[0], _SNDMORE)
+        send(sock, frames[1])
+        return
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        more = _SNDMORE if i < last else 0
+        if zero_copy and len(frame) >= COPY_BELOW:
+            send(sock, frame, more, False)
+        else:
+            send(sock, frame, more)
+
+
+def recv_frames(sock: Any, flags: int = 0) -> list[Any]:
+    """Receive one multipart message as ``zmq.Frame`` objects: no copies, and ``Frame.more``
+    is cheaper than asking the socket for ``RCVMORE``. Frames are buffers: msgpack and
+    pickle read them directly."""
+    frame = sock.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(copy=False)
+        frames.append(frame)
+    return frames

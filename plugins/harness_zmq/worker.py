@@ -147,7 +147,7 @@ class Worker:
 
         Raises HarnessError when the first connection gets no answer within
         ``connect_timeout`` or the master refuses this worker (another protocol version)."""
-        from harness_zmq.actor import ActorLauncher
+        from harness_zmq.launcher import ActorLauncher
 
         self.launcher = ActorLauncher(host=self.host, keys=self.keys)
         self._pool = concurrent.futures.ThreadPoolExecutor(
