@@ -16,13 +16,8 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.offline import OfflineAgent, OfflineConfig, per_state
-from harness_algos.offpolicy import (
-    ActorCriticConfig,
-    ContinuousActorCritic,
-    flat,
-    next_post_init,
-)
+from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline, per_state
+from harness_algos.offpolicy import ContinuousActorCritic, check_actor_critic, flat
 
 LATENT_CLIP = 0.5
 """Latent codes drawn from the prior are clipped to [-0.5, 0.5] (the authors' code): the
@@ -31,12 +26,32 @@ LOG_STD_MIN, LOG_STD_MAX = -4.0, 15.0
 
 
 @dataclass
-class BCQConfig(ActorCriticConfig, OfflineConfig):
+class BCQConfig(OfflineConfig):
     """BCQ hyper-parameters ([algo] section); defaults are the authors' (actor and critics
     400x300, VAE 750x750, phi 0.05, lambda 0.75, 10 candidate actions)."""
 
+    dataset: str | list[str] = ""
+    """The Minari dataset to learn from: a path to a dataset directory (what `harness collect
+    --out PATH` writes) or a dataset id (NAME-vN, NAMESPACE/NAME-vN) under dataset_root; a list
+    pools several datasets of the same env."""
+    dataset_root: str = ""
+    """Directory in which dataset ids are looked up; empty: MINARI_DATASETS_PATH, else
+    ~/.minari/datasets (Minari's own default). Paths in dataset are used as they are."""
+    updates_per_iteration: int = 250
+    """Gradient updates per iteration. An offline run steps no env: run.total_steps,
+    eval_every, log_every and checkpoint_every count gradient updates."""
+    learning_rate: float = 1e-3
+    """Adam step size of every network (and of SAC's entropy coefficient)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
     hidden: list[int] = field(default_factory=lambda: [400, 300])
     """Hidden widths of the perturbation actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
     vae_hidden: list[int] = field(default_factory=lambda: [750, 750])
     """Hidden widths of the VAE's encoder and decoder."""
     latent_dim: int = 0
@@ -55,7 +70,8 @@ class BCQConfig(ActorCriticConfig, OfflineConfig):
             raise ValueError("phi must be >= 0 and lmbda in [0, 1]")
         if self.n_candidates < 1 or self.latent_dim < 0:
             raise ValueError("n_candidates must be >= 1 and latent_dim >= 0")
-        next_post_init(super())
+        check_actor_critic(self.batch_size, self.tau)
+        check_offline(self.updates_per_iteration)
 
 
 class BCQ(ContinuousActorCritic):

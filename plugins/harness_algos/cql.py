@@ -15,26 +15,54 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.offline import OfflineAgent, OfflineConfig, per_state
-from harness_algos.offpolicy import next_post_init
-from harness_algos.sac import SAC, SoftConfig
+from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline, per_state
+from harness_algos.offpolicy import check_actor_critic
+from harness_algos.sac import SAC, check_soft
 
 
 @dataclass
-class CQLConfig(SoftConfig, OfflineConfig):
+class CQLConfig(OfflineConfig):
     """CQL hyper-parameters ([algo] section): SAC's keys, the dataset's and the penalty's.
     Defaults follow the authors' MuJoCo settings (critic learning rate 3e-4, 10 sampled
     actions per source, alpha' = 5)."""
 
+    dataset: str | list[str] = ""
+    """The Minari dataset to learn from: a path to a dataset directory (what `harness collect
+    --out PATH` writes) or a dataset id (NAME-vN, NAMESPACE/NAME-vN) under dataset_root; a list
+    pools several datasets of the same env."""
+    dataset_root: str = ""
+    """Directory in which dataset ids are looked up; empty: MINARI_DATASETS_PATH, else
+    ~/.minari/datasets (Minari's own default). Paths in dataset are used as they are."""
+    updates_per_iteration: int = 250
+    """Gradient updates per iteration. An offline run steps no env: run.total_steps,
+    eval_every, log_every and checkpoint_every count gradient updates."""
     learning_rate: float = 3e-4
     """Adam step size of every network (and of both coefficients)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden widths of the actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    autotune: bool = True
+    """Learn the entropy coefficient (alpha) towards ``target_entropy``."""
+    ent_coef: float = 1.0
+    """Initial entropy coefficient (its fixed value when autotune is off)."""
+    target_entropy: float | None = None
+    """Entropy the tuning aims for; None = -(action dimensions)."""
+    target_update_interval: int = 1
+    """Gradient steps between soft target-critic updates."""
     cql_alpha: float = 5.0
     """Weight alpha' of the conservative penalty (its start value with cql_target_gap); 0
     trains plain SAC on the dataset."""
@@ -54,7 +82,9 @@ class CQLConfig(SoftConfig, OfflineConfig):
             raise ValueError("cql_target_gap needs cql_alpha > 0 (the start of the tuned weight)")
         if self.cql_samples < 1 or self.cql_temperature <= 0:
             raise ValueError("cql_samples must be >= 1 and cql_temperature > 0")
-        next_post_init(super())
+        check_soft(self.ent_coef, self.target_update_interval)
+        check_actor_critic(self.batch_size, self.tau)
+        check_offline(self.updates_per_iteration)
 
 
 class CQL(SAC):

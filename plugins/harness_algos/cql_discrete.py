@@ -9,30 +9,60 @@ update is dqn.py's, the dataset and agent are offline.py's."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.dqn import DQN, QConfig
-from harness_algos.offline import OfflineAgent, OfflineConfig
-from harness_algos.offpolicy import next_post_init
+from harness_algos.dqn import DQN, check_q
+from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline
 
 
 @dataclass
-class CQLDiscreteConfig(QConfig, OfflineConfig):
+class CQLDiscreteConfig(OfflineConfig):
     """Discrete CQL hyper-parameters ([algo] section): the Q update's (DQN's, with double
     Q-learning), the dataset's and the penalty's weight."""
 
+    dataset: str | list[str] = ""
+    """The Minari dataset to learn from: a path to a dataset directory (what `harness collect
+    --out PATH` writes) or a dataset id (NAME-vN, NAMESPACE/NAME-vN) under dataset_root; a list
+    pools several datasets of the same env."""
+    dataset_root: str = ""
+    """Directory in which dataset ids are looked up; empty: MINARI_DATASETS_PATH, else
+    ~/.minari/datasets (Minari's own default). Paths in dataset are used as they are."""
+    updates_per_iteration: int = 250
+    """Gradient updates per iteration. An offline run steps no env: run.total_steps,
+    eval_every, log_every and checkpoint_every count gradient updates."""
     learning_rate: float = 1e-3
     """Adam step size."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    target_update_interval: int = 128
+    """Gradient steps between hard target-network copies."""
+    tau: float = 1.0
+    """Target update rate (1.0 = hard copy every interval, <1 = Polyak averaging)."""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the Q-network."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    double: bool = True
+    """Double Q-learning: the online net picks the next action, the target net scores it."""
+    dueling: bool = False
+    """Dueling head: Q = V + A - mean(A) over a shared trunk."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip."""
+    loss: str = "huber"
+    """TD loss: 'huber' or 'mse'."""
     cql_alpha: float = 1.0
     """Weight of the conservative penalty; 0 trains plain (double) DQN on the dataset."""
 
     def __post_init__(self) -> None:
         if self.cql_alpha < 0:
             raise ValueError(f"cql_alpha = {self.cql_alpha} must be >= 0")
-        next_post_init(super())
+        check_q(self.loss, self.batch_size, self.target_update_interval)
+        check_offline(self.updates_per_iteration)
 
 
 class CQLDiscrete(DQN):

@@ -12,7 +12,7 @@ are in offpolicy.py."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,22 +21,46 @@ from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
-    DeterministicConfig,
     OffPolicyAgent,
+    check_actor_critic,
+    check_replay,
     flat,
     gaussian_explore,
 )
 
 
 @dataclass
-class DDPGConfig(DeterministicConfig):
+class DDPGConfig:
     """DDPG hyper-parameters ([algo] section); defaults are SB3's."""
 
+    learning_rate: float = 1e-3
+    """Adam step size of every network (and of SAC's entropy coefficient)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
+    hidden: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden widths of the actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    train_freq: int = 1
+    """Env steps (summed over envs) per ``gradient_steps`` updates."""
+    gradient_steps: int = 1
+    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
     ensemble: int = 1
     """Actor-critic heads (PARL's prosthetics solution); 1 = plain DDPG."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_replay(self.train_freq, self.gradient_steps, self.batch_size)
+        check_actor_critic(self.batch_size, self.tau)
         if self.ensemble < 1:
             raise ValueError(f"ensemble = {self.ensemble} must be >= 1")
 

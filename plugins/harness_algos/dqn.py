@@ -5,18 +5,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
 from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
+from harness_algos.offpolicy import check_replay
+
+if TYPE_CHECKING:  # (discrete CQL runs this update with its own config; it imports this module)
+    from harness_algos.cql_discrete import CQLDiscreteConfig
+
+
+def check_q(loss: str, batch_size: int, target_update_interval: int) -> None:
+    """Refuse the Q update's keys (discrete CQL's config declares them too): a known ``loss``,
+    ``batch_size`` and ``target_update_interval`` >= 1."""
+    if loss not in ("huber", "mse"):
+        raise ValueError(f"loss = {loss!r} must be 'huber' or 'mse'")
+    if batch_size < 1 or target_update_interval < 1:
+        raise ValueError("batch_size and target_update_interval must be >= 1")
 
 
 @dataclass
-class QConfig:
-    """The Q-network and its update ([algo] section), online (DQN) or offline (discrete CQL).
-    Defaults follow the RL Zoo's CartPole-v1 entry."""
+class DQNConfig:
+    """DQN hyper-parameters ([algo] section): the Q update's, plus the replay, its schedule and
+    the exploration. Defaults follow the RL Zoo's CartPole-v1 entry."""
 
     learning_rate: float = 2.3e-3
     """Adam step size."""
@@ -40,22 +53,6 @@ class QConfig:
     """Global gradient-norm clip."""
     loss: str = "huber"
     """TD loss: 'huber' or 'mse'."""
-
-    def __post_init__(self) -> None:
-        if self.loss not in ("huber", "mse"):
-            raise ValueError(f"loss = {self.loss!r} must be 'huber' or 'mse'")
-        if self.batch_size < 1 or self.target_update_interval < 1:
-            raise ValueError("batch_size and target_update_interval must be >= 1")
-        post_init = getattr(super(), "__post_init__", None)
-        if post_init is not None:  # (the next config class in the MRO validates its own keys)
-            post_init()
-
-
-@dataclass
-class DQNConfig(QConfig):
-    """DQN hyper-parameters ([algo] section): the Q update's, plus the replay, its schedule and
-    the exploration. Defaults follow the RL Zoo's CartPole-v1 entry."""
-
     buffer_size: int = 100_000
     """Replay capacity in transitions."""
     learning_starts: int = 1_000
@@ -78,15 +75,16 @@ class DQNConfig(QConfig):
     """Initial importance-sampling exponent, annealed to 1 over the run."""
 
     def __post_init__(self) -> None:
-        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
-            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
-        super().__post_init__()
+        check_replay(self.train_freq, self.gradient_steps, self.batch_size)
+        check_q(self.loss, self.batch_size, self.target_update_interval)
 
 
 class DQN(Algorithm):
     """Loss and update: TD regression of Q(s, a) on r + gamma * Q_target(s', a*)."""
 
-    def __init__(self, backend: Backend, info: EnvInfo, config: QConfig) -> None:
+    def __init__(
+        self, backend: Backend, info: EnvInfo, config: DQNConfig | CQLDiscreteConfig
+    ) -> None:
         super().__init__(backend)
         self.config = config
         self.q = self._build(info)

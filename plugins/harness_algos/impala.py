@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from harness.api import Backend, EnvInfo
-from harness_algos.moments import NormalizeConfig
+from harness_algos.moments import check_normalization
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
@@ -40,10 +40,22 @@ CNN_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class IMPALAConfig(NormalizeConfig):
+class IMPALAConfig:
     """IMPALA hyper-parameters ([algo] section). Defaults follow the paper's Atari settings
     where they apply (unroll 20, gamma 0.99, rho_bar = c_bar = 1, entropy 0.01, grad clip 40)."""
 
+    normalize_obs: bool = False
+    """Standardise observations by their running mean and variance (per feature). The
+    statistics are part of the policy: they change only at an update (from the observations of
+    the rollout just learned from), travel to farm actors with the weights and are saved in
+    checkpoints, so acting, storing and learning use one set; evaluation uses them frozen."""
+    normalize_reward: bool = False
+    """Scale the rewards the learner stores by the running standard deviation of the
+    discounted return (VecNormalize's ``norm_reward``; returns in logs stay the env's)."""
+    clip_obs: float = 10.0
+    """Normalised observations are clipped to [-clip_obs, clip_obs]."""
+    clip_reward: float = 10.0
+    """Scaled rewards are clipped to [-clip_reward, clip_reward]."""
     learning_rate: float = 6e-4
     """Adam step size (annealed linearly to 0 when anneal_lr)."""
     anneal_lr: bool = True
@@ -82,7 +94,7 @@ class IMPALAConfig(NormalizeConfig):
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_normalization(self.clip_obs, self.clip_reward)
         if self.rollout_len < 1 or self.epochs < 1:
             raise ValueError("rollout_len and epochs must be >= 1")
         if self.rho_bar <= 0 or self.c_bar <= 0 or not 0 < self.vtrace_lambda <= 1:

@@ -5,8 +5,7 @@ CleanRL's ``NormalizeObservation``/``NormalizeReward`` wrappers, RLlib's ``MeanS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -64,26 +63,22 @@ class RunningMoments:
         self.count = float(state["count"])
 
 
-@dataclass
-class NormalizeConfig:
-    """Observation and reward normalisation of the on-policy agents ([algo] section), as SB3's
-    ``VecNormalize`` (the RL Zoo turns it on for PPO/A2C on MuJoCo). Flat observations only."""
+@runtime_checkable
+class Normalization(Protocol):
+    """Observation and reward normalisation of the on-policy agents, as SB3's ``VecNormalize``
+    (the RL Zoo turns it on for PPO/A2C on MuJoCo); flat observations only. These four
+    ``[algo]`` keys are declared, with their docs, in each config that offers them (PPO, A2C,
+    PG, IMPALA); :class:`harness_algos.onpolicy.RolloutAgent` normalises nothing for a config
+    without them (MAPPO's)."""
 
-    normalize_obs: bool = False
-    """Standardise observations by their running mean and variance (per feature). The
-    statistics are part of the policy: they change only at an update (from the observations of
-    the rollout just learned from), travel to farm actors with the weights and are saved in
-    checkpoints, so acting, storing and learning use one set; evaluation uses them frozen."""
-    normalize_reward: bool = False
-    """Scale the rewards the learner stores by the running standard deviation of the
-    discounted return (VecNormalize's ``norm_reward``; returns in logs stay the env's)."""
-    clip_obs: float = 10.0
-    """Normalised observations are clipped to [-clip_obs, clip_obs]."""
-    clip_reward: float = 10.0
-    """Scaled rewards are clipped to [-clip_reward, clip_reward]."""
+    normalize_obs: bool
+    normalize_reward: bool
+    clip_obs: float
+    clip_reward: float
 
-    def __post_init__(self) -> None:
-        if self.clip_obs <= 0 or self.clip_reward <= 0:
-            raise ValueError(
-                f"clip_obs = {self.clip_obs} and clip_reward = {self.clip_reward} must be > 0"
-            )
+
+def check_normalization(clip_obs: float, clip_reward: float) -> None:
+    """Refuse clip bounds that are not positive (the first check of every config with
+    :class:`Normalization` keys)."""
+    if clip_obs <= 0 or clip_reward <= 0:
+        raise ValueError(f"clip_obs = {clip_obs} and clip_reward = {clip_reward} must be > 0")

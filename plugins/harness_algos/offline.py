@@ -16,7 +16,6 @@ they learn from, and an agent that learns from it without stepping an env.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,28 +23,26 @@ import numpy as np
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Tensor, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
-from harness_algos.offpolicy import BoxScale, next_post_init
+from harness_algos.offpolicy import BoxScale
+
+DEPENDS_ON = ("harness_offline",)
+"""First-party plugins this module imports (docs/plugins.md, "What a plugin may import"): the
+Minari reader of harness_offline (``load_transitions``), imported when a dataset is loaded."""
 
 
-@dataclass
 class OfflineConfig:
-    """Where an offline algorithm's data comes from ([algo] section)."""
+    """Marks an offline algorithm's config (``issubclass(spec.config_cls, OfflineConfig)``: the
+    conformance suite gives such an algorithm a dataset), and holds no key: each such config
+    declares, with their docs, the dataset's ``[algo]`` keys ``dataset``, ``dataset_root`` and
+    ``updates_per_iteration`` that :class:`OfflineAgent` reads, and checks them with
+    :func:`check_offline`."""
 
-    dataset: str | list[str] = ""
-    """The Minari dataset to learn from: a path to a dataset directory (what `harness collect
-    --out PATH` writes) or a dataset id (NAME-vN, NAMESPACE/NAME-vN) under dataset_root; a list
-    pools several datasets of the same env."""
-    dataset_root: str = ""
-    """Directory in which dataset ids are looked up; empty: MINARI_DATASETS_PATH, else
-    ~/.minari/datasets (Minari's own default). Paths in dataset are used as they are."""
-    updates_per_iteration: int = 250
-    """Gradient updates per iteration. An offline run steps no env: run.total_steps,
-    eval_every, log_every and checkpoint_every count gradient updates."""
 
-    def __post_init__(self) -> None:
-        if self.updates_per_iteration < 1:
-            raise ValueError(f"updates_per_iteration = {self.updates_per_iteration} must be >= 1")
-        next_post_init(super())
+def check_offline(updates_per_iteration: int) -> None:
+    """Refuse an offline config's dataset keys that cannot run: ``updates_per_iteration`` >=
+    1."""
+    if updates_per_iteration < 1:
+        raise ValueError(f"updates_per_iteration = {updates_per_iteration} must be >= 1")
 
 
 def per_state(bk: Backend, x: Tensor, b: int) -> Tensor:

@@ -1,4 +1,5 @@
-"""What DDPG, TD3 and SAC share around their updates (each algorithm's loss lives in its own file).
+"""What DDPG, TD3 and SAC share around their updates (each algorithm's config, every key
+written out, and its loss live in its own file; the checks of the keys they share are here).
 
 * The replay memory lives on the learner; actors (farm processes) only act, so the agent takes
   rows from any envs in any batch size (``independent_transitions``) and a farm streams
@@ -15,8 +16,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,69 +25,31 @@ from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
 
 
-@dataclass
-class ActorCriticConfig:
-    """The update hyper-parameters every actor-critic here shares, online or offline ([algo]
-    section)."""
-
-    learning_rate: float = 1e-3
-    """Adam step size of every network (and of SAC's entropy coefficient)."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak rate of the target networks (1.0 = hard copy)."""
-    hidden: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden widths of the actor and of each critic."""
-    activation: str = "relu"
-    """Hidden activation: relu, tanh or elu."""
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size = {self.batch_size} must be >= 1")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau = {self.tau} must be in (0, 1]")
-        next_post_init(super())
+def check_actor_critic(batch_size: int, tau: float) -> None:
+    """Refuse update keys every actor-critic here declares, online or offline (DDPG, TD3,
+    SAC; BCQ, CQL): ``batch_size`` >= 1, ``tau`` in (0, 1]."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size = {batch_size} must be >= 1")
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau = {tau} must be in (0, 1]")
 
 
-def next_post_init(parent: Any) -> None:
-    """Call the next ``__post_init__`` in the MRO, if any: config dataclasses here combine by
-    multiple inheritance (SAC's keys with the online replay's, or with an offline dataset's),
-    and each one validates its own fields."""
-    post_init = getattr(parent, "__post_init__", None)
-    if post_init is not None:
-        post_init()
+def check_replay(train_freq: int, gradient_steps: int, batch_size: int) -> None:
+    """Refuse a replay schedule (DDPG, TD3, SAC; DQN) that cannot run: ``train_freq`` and
+    ``batch_size`` >= 1, ``gradient_steps`` >= 0."""
+    if train_freq < 1 or gradient_steps < 0 or batch_size < 1:
+        raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
 
 
-@dataclass
-class OffPolicyConfig(ActorCriticConfig):
-    """Hyper-parameters every online off-policy actor-critic here shares ([algo] section): the
-    update's, plus the replay and its schedule."""
+class ReplayConfig(Protocol):
+    """The ``[algo]`` keys :class:`OffPolicyAgent` reads; DDPG's, TD3's and SAC's configs
+    declare them (with their docs)."""
 
-    buffer_size: int = 1_000_000
-    """Replay capacity in transitions."""
-    learning_starts: int = 100
-    """Env steps of uniformly random actions before the first update."""
-    train_freq: int = 1
-    """Env steps (summed over envs) per ``gradient_steps`` updates."""
-    gradient_steps: int = 1
-    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
-
-    def __post_init__(self) -> None:
-        if self.train_freq < 1 or self.gradient_steps < 0 or self.batch_size < 1:
-            raise ValueError("train_freq and batch_size must be >= 1, gradient_steps >= 0")
-        super().__post_init__()
-
-
-@dataclass
-class DeterministicConfig(OffPolicyConfig):
-    """What the deterministic-policy methods (DDPG, TD3) add; defaults are SB3's."""
-
-    hidden: list[int] = field(default_factory=lambda: [400, 300])
-    """Hidden widths of the actor and of each critic."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
+    buffer_size: int
+    learning_starts: int
+    train_freq: int
+    gradient_steps: int
+    batch_size: int
 
 
 def gaussian_explore(actions: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
@@ -244,14 +206,14 @@ class OffPolicyAgent(ReplayRatioAgent):
     """Replay, action scaling, random warm-up and the replay-ratio schedule."""
 
     independent_transitions = True
-    config: OffPolicyConfig
+    config: ReplayConfig
     algorithm: ContinuousActorCritic
 
     def __init__(
         self,
         algorithm: ContinuousActorCritic,
         info: EnvInfo,
-        config: OffPolicyConfig,
+        config: ReplayConfig,
         *,
         name: str,
         seed: int,

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError
-from harness_algos.moments import EPS, NormalizeConfig, RunningMoments
+from harness_algos.moments import EPS, Normalization, RunningMoments
 
 
 def annealed(value: float, progress: float, anneal: bool) -> float:
@@ -249,9 +249,10 @@ class RolloutAgent(Agent):
             self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
         self._zeros = np.zeros(info.num_envs, np.float32)
         self._last_next_obs: np.ndarray | None = None
-        norm = config if isinstance(config, NormalizeConfig) else NormalizeConfig()
+        norm = config if isinstance(config, Normalization) else None
         self.norm = norm
-        if norm.normalize_obs:
+        """The config's normalisation keys; None for a config without them (MAPPO's)."""
+        if norm is not None and norm.normalize_obs:
             if np.dtype(obs_dtype) == np.uint8 or len(info.observation.shape) > 1:
                 raise ConfigError(
                     f"algo.normalize_obs = true needs flat observations; {info.env_id} gives "
@@ -261,7 +262,7 @@ class RolloutAgent(Agent):
             algorithm.obs_norm = RunningMoments(info.observation.shape)
         self._rollout_obs: list[np.ndarray] = []
         """With ``normalize_obs``: the raw observations of the rollout being collected."""
-        self.return_norm = RunningMoments() if norm.normalize_reward else None
+        self.return_norm = RunningMoments() if norm is not None and norm.normalize_reward else None
         """With ``normalize_reward``: moments of the running discounted returns."""
         self._returns = np.zeros(info.num_envs, np.float64)
 
@@ -277,13 +278,13 @@ class RolloutAgent(Agent):
     def policy_obs(self, obs: np.ndarray) -> np.ndarray:
         """Observations as the policy takes them: standardised with ``normalize_obs``
         (``sample`` and ``predict`` pass the env's through here; the buffer stores these)."""
-        moments = self.algorithm.obs_norm
-        return obs if moments is None else moments.normalize(obs, self.norm.clip_obs)
+        moments, norm = self.algorithm.obs_norm, self.norm
+        return obs if moments is None or norm is None else moments.normalize(obs, norm.clip_obs)
 
     def scale_rewards(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
         """With ``normalize_reward``: rewards divided by the running standard deviation of
         the discounted return (VecNormalize's formula, per env), clipped."""
-        if self.return_norm is None:
+        if self.return_norm is None or self.norm is None:
             return rewards
         self._returns = self._returns * self.config.gamma + rewards
         self.return_norm.update(self._returns)

@@ -17,14 +17,26 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
-from harness_algos.moments import NormalizeConfig
+from harness_algos.moments import check_normalization
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, annealed
 
 
 @dataclass
-class PGConfig(NormalizeConfig):
+class PGConfig:
     """Policy-gradient hyper-parameters ([algo] section); defaults solve CartPole-v1."""
 
+    normalize_obs: bool = False
+    """Standardise observations by their running mean and variance (per feature). The
+    statistics are part of the policy: they change only at an update (from the observations of
+    the rollout just learned from), travel to farm actors with the weights and are saved in
+    checkpoints, so acting, storing and learning use one set; evaluation uses them frozen."""
+    normalize_reward: bool = False
+    """Scale the rewards the learner stores by the running standard deviation of the
+    discounted return (VecNormalize's ``norm_reward``; returns in logs stay the env's)."""
+    clip_obs: float = 10.0
+    """Normalised observations are clipped to [-clip_obs, clip_obs]."""
+    clip_reward: float = 10.0
+    """Scaled rewards are clipped to [-clip_reward, clip_reward]."""
     learning_rate: float = 1e-3
     """Adam step size of the policy (annealed linearly to 0 when anneal_lr)."""
     vf_learning_rate: float = 1e-3
@@ -52,7 +64,7 @@ class PGConfig(NormalizeConfig):
     """Initial log standard deviation for box actions."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_normalization(self.clip_obs, self.clip_reward)
         if self.n_steps < 1 or self.value_steps < 0:
             raise ValueError("n_steps must be >= 1 and value_steps >= 0")
 

@@ -6,29 +6,60 @@ offpolicy.py."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
 from harness_algos.offpolicy import (
-    ActorCriticConfig,
     ContinuousActorCritic,
     OffPolicyAgent,
-    OffPolicyConfig,
+    check_actor_critic,
+    check_replay,
     flat,
-    next_post_init,
 )
+
+if TYPE_CHECKING:  # (CQL runs this update with its own config; cql.py imports this module)
+    from harness_algos.cql import CQLConfig
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-@dataclass
-class SoftConfig(ActorCriticConfig):
-    """SAC's own keys: the update's, and the entropy coefficient's (online SAC and offline CQL
-    share them)."""
+def check_soft(ent_coef: float, target_update_interval: int) -> None:
+    """Refuse SAC's own keys (CQL's config declares them too): ``ent_coef`` > 0,
+    ``target_update_interval`` >= 1."""
+    if ent_coef <= 0:
+        raise ValueError(f"ent_coef = {ent_coef} must be > 0")
+    if target_update_interval < 1:
+        raise ValueError("target_update_interval must be >= 1")
 
+
+@dataclass
+class SACConfig:
+    """SAC hyper-parameters ([algo] section); defaults are SB3's except the learning rate."""
+
+    learning_rate: float = 1e-3
+    """Adam step size of every network (and of SAC's entropy coefficient)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden widths of the actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    train_freq: int = 1
+    """Env steps (summed over envs) per ``gradient_steps`` updates."""
+    gradient_steps: int = 1
+    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
     autotune: bool = True
     """Learn the entropy coefficient (alpha) towards ``target_entropy``."""
     ent_coef: float = 1.0
@@ -39,16 +70,9 @@ class SoftConfig(ActorCriticConfig):
     """Gradient steps between soft target-critic updates."""
 
     def __post_init__(self) -> None:
-        if self.ent_coef <= 0:
-            raise ValueError(f"ent_coef = {self.ent_coef} must be > 0")
-        if self.target_update_interval < 1:
-            raise ValueError("target_update_interval must be >= 1")
-        next_post_init(super())
-
-
-@dataclass
-class SACConfig(SoftConfig, OffPolicyConfig):
-    """SAC hyper-parameters ([algo] section); defaults are SB3's except the learning rate."""
+        check_soft(self.ent_coef, self.target_update_interval)
+        check_replay(self.train_freq, self.gradient_steps, self.batch_size)
+        check_actor_critic(self.batch_size, self.tau)
 
 
 class SAC(ContinuousActorCritic):
@@ -65,7 +89,7 @@ class SAC(ContinuousActorCritic):
     )
     counters = ("steps",)
 
-    def __init__(self, backend: Backend, info: EnvInfo, config: SoftConfig) -> None:
+    def __init__(self, backend: Backend, info: EnvInfo, config: SACConfig | CQLConfig) -> None:
         super().__init__(backend)
         self.config = config
         obs_dim, self.act_dim = info.observation.flat_dim, info.action.flat_dim

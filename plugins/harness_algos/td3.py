@@ -3,7 +3,7 @@ and delayed actor updates. Backend-neutral; the replay and schedule are in offpo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -11,17 +11,40 @@ from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
-    DeterministicConfig,
     OffPolicyAgent,
+    check_actor_critic,
+    check_replay,
     flat,
     gaussian_explore,
 )
 
 
 @dataclass
-class TD3Config(DeterministicConfig):
+class TD3Config:
     """TD3 hyper-parameters ([algo] section); defaults are SB3's."""
 
+    learning_rate: float = 1e-3
+    """Adam step size of every network (and of SAC's entropy coefficient)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks (1.0 = hard copy)."""
+    hidden: list[int] = field(default_factory=lambda: [400, 300])
+    """Hidden widths of the actor and of each critic."""
+    activation: str = "relu"
+    """Hidden activation: relu, tanh or elu."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    train_freq: int = 1
+    """Env steps (summed over envs) per ``gradient_steps`` updates."""
+    gradient_steps: int = 1
+    """Updates per ``train_freq`` env steps (the replay ratio is their quotient)."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian exploration noise (in [-1, 1] action units)."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
     target_policy_noise: float = 0.2
@@ -30,7 +53,8 @@ class TD3Config(DeterministicConfig):
     """Clip of that noise."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_replay(self.train_freq, self.gradient_steps, self.batch_size)
+        check_actor_critic(self.batch_size, self.tau)
         if self.policy_delay < 1:
             raise ValueError(f"policy_delay = {self.policy_delay} must be >= 1")
 
