@@ -10,30 +10,19 @@ API too) and ``importlib.import_module("literal")``. A plugin importing its own 
 from __future__ import annotations
 
 import ast
-import configparser
 import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_layout import package_dirs  # same directory: pytest puts it on sys.path
 
 from harness.public import PUBLIC_MODULES
 from harness.remote import SupportsCompletions, SupportsReportMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = "harness"
-
-
-def package_dirs() -> dict[str, Path]:
-    """Top-level package -> its directory, from setup.cfg's package_dir."""
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    dirs = {}
-    for line in cfg["options"]["package_dir"].strip().splitlines():
-        name, _, where = (part.strip() for part in line.partition("="))
-        dirs[name] = ROOT / where
-    return dirs
 
 
 def core_modules() -> set[str]:
