@@ -18,6 +18,7 @@ from __future__ import annotations
 PUBLIC_MODULES: tuple[str, ...] = (
     "harness",
     "harness.api",
+    "harness.backend_common",
     "harness.checkpoint",
     "harness.commands",
     "harness.config",

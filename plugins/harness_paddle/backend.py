@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from harness import numpy_nets
+from harness import backend_common, numpy_nets
 from harness.cpus import cpu_features, cpu_share
 from harness.errors import ConfigError
 from harness_paddle.config import PaddleConfig
@@ -147,15 +147,10 @@ class PaddleBackend:
         gpu = self.device.startswith("gpu")
         self._amp_dtype: str | None = None
         self._scaler: Any = None
-        if config.amp != "off" and not gpu:
-            log.warning(
-                "[backend] amp = %r applies to GPU learners only: this %s run trains in float32",
-                config.amp,
-                self.device,
-            )
-        elif config.amp != "off":
-            self._amp_dtype = "bfloat16" if config.amp == "bf16" else "float16"
-            if config.amp == "fp16":
+        amp = backend_common.amp_in_effect(config.amp, gpu, "GPU", self.device, log)
+        if amp is not None:
+            self._amp_dtype = "bfloat16" if amp == "bf16" else "float16"
+            if amp == "fp16":
                 self._scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**16)
         self._pin = gpu and config.pin_memory
         mkl = os.environ.get("MKL_DEBUG_CPU_TYPE")
@@ -190,12 +185,6 @@ class PaddleBackend:
         return f"gpu:{index or 0}"
 
     # --- models ---------------------------------------------------------------------------
-    def _activation(self, activation: str) -> type[nn.Layer]:
-        act = _ACTIVATIONS.get(activation)
-        if act is None:
-            raise ConfigError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}.")
-        return act
-
     def mlp(
         self,
         in_dim: int,
@@ -206,7 +195,7 @@ class PaddleBackend:
         out_gain: float = 1.0,
         activate_output: bool = False,
     ) -> nn.Sequential:
-        act = self._activation(activation)
+        act = backend_common.activation_class(_ACTIVATIONS, activation)
         layers: list[nn.Layer] = [_Flatten()]
         last = in_dim
         for width in hidden:
@@ -226,8 +215,8 @@ class PaddleBackend:
         activation: str = "tanh",
         out_gains: Sequence[float] | None = None,
     ) -> nn.Layer:
-        act = self._activation(activation)
-        gains = list(out_gains) if out_gains is not None else [1.0] * len(out_dims)
+        act = backend_common.activation_class(_ACTIVATIONS, activation)
+        gains = backend_common.out_gains_or_ones(out_gains, out_dims)
         return _ParallelMLP(in_dim, list(hidden), list(out_dims), act(), gains)
 
     def cnn(
@@ -240,13 +229,8 @@ class PaddleBackend:
         strides: Sequence[int] = (4, 2, 1),
         scale: float = 1.0 / 255.0,
     ) -> nn.Layer:
-        shape = tuple(int(d) for d in in_shape)
-        if len(shape) != 3 or not len(channels) == len(kernels) == len(strides) >= 1:
-            raise ConfigError(
-                f"cnn() takes a (C, H, W) in_shape and as many channels, kernels and strides "
-                f"(at least one each); got {shape}, {channels}, {kernels}, {strides}."
-            )
-        return _CNN(shape, out_dim, list(zip(channels, kernels, strides, strict=True)), scale)
+        shape, layers = backend_common.cnn_layers(in_shape, channels, kernels, strides)
+        return _CNN(shape, out_dim, layers, scale)
 
     def gru(self, in_dim: int, hidden_dim: int) -> nn.Layer:
         return _GRU(in_dim, hidden_dim)
@@ -620,19 +604,14 @@ class _ParallelMLP(nn.Layer):  # type: ignore[misc]
         super().__init__()
         self.out_dims = out_dims
         self.act = act
-        k, sizes = len(out_dims), [in_dim, *hidden, max(out_dims)]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
-        for layer in range(len(sizes) - 1):
-            fan_in, fan_out = sizes[layer], sizes[layer + 1]
-            last = layer == len(sizes) - 2
+        k, layout = len(out_dims), backend_common.parallel_layout(in_dim, hidden, out_dims, gains)
+        for fan_in, fan_out, members in layout:
             w = np.zeros((k, fan_in, fan_out), np.float32)
-            for j in range(k):
-                width = out_dims[j] if last else fan_out
+            for j, (width, gain) in enumerate(members):
                 block = paddle.create_parameter(
-                    [fan_in, width],
-                    "float32",
-                    default_initializer=_orthogonal(gains[j] if last else math.sqrt(2)),
+                    [fan_in, width], "float32", default_initializer=_orthogonal(gain)
                 )
                 w[j, :, :width] = block.numpy()
             self.weights.append(self.create_parameter(list(w.shape), default_initializer=_const(w)))
@@ -642,11 +621,10 @@ class _ParallelMLP(nn.Layer):  # type: ignore[misc]
     def forward(self, x: Any, member: int | None = None) -> list[paddle.Tensor]:
         weights, biases, dims = list(self.weights), list(self.biases), self.out_dims
         if member is not None:  # that member's weight slices alone, as a stack of one
-            if isinstance(x, list | tuple):
-                raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
-            weights = [w[member : member + 1] for w in weights]
-            biases = [b[member : member + 1] for b in biases]
-            dims = [dims[member]]
+            one_batch = not isinstance(x, list | tuple)
+            weights, biases, dims = backend_common.member_stacks(
+                member, one_batch, weights, biases, dims
+            )
         # one input per member, or one (B, in) that (k, in, out) weights broadcast to (k, B, out)
         multi = isinstance(x, list | tuple)
         h = paddle.stack([_flat(xi) for xi in x]) if multi else _flat(x)
@@ -674,8 +652,8 @@ class _CNN(nn.Layer):  # type: ignore[misc]
         super().__init__()
         self.scale = scale
         convs: list[nn.Layer] = []
-        c, h, w = in_shape
-        for out, kernel, stride in layers:
+        specs, flat = backend_common.conv_stack(in_shape, layers)
+        for c, out, kernel, stride in specs:
             conv = nn.Conv2D(
                 c,
                 out,
@@ -685,11 +663,8 @@ class _CNN(nn.Layer):  # type: ignore[misc]
                 bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)),
             )
             convs += [conv, nn.ReLU()]
-            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
-            if h < 1 or w < 1:
-                raise ConfigError(f"cnn(): a {in_shape} image is too small for the layers {layers}")
         self.convs = nn.Sequential(*convs)
-        self.fc = _linear(c * h * w, out_dim, math.sqrt(2))
+        self.fc = _linear(flat, out_dim, math.sqrt(2))
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         if not paddle.is_floating_point(x):  # uint8 frames: converted here (on the device)

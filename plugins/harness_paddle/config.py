@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AMP_MODES = ("off", "bf16", "fp16")
+from harness.backend_common import AMP_MODES, BackendOptions
+
+__all__ = ["AMP_MODES", "PaddleConfig"]
 
 
 @dataclass
-class PaddleConfig:
-    """Options of the paddle backend ([backend] section). The same keys as the torch backend's,
-    so a pack's [backend] section works with either."""
+class PaddleConfig(BackendOptions):
+    """Options of the paddle backend ([backend] section). The same keys as the torch backend's
+    (:class:`BackendOptions`: threads, processes_per_host, the amp check), so a pack's
+    [backend] section works with either; the fields below say them in paddle's terms."""
 
     device: str = "auto"
     """'auto' (a GPU when this paddle build has CUDA and sees one, else CPU), 'cpu', 'gpu',
     'gpu:N'; 'cuda' and 'cuda:N' are accepted as the same."""
-    threads: int = 0
-    """Intra-op CPU threads; 0 sizes it to this process's CPU share (affinity / processes)."""
-    processes_per_host: int = 1
-    """How many harness processes share this host's CPUs (sets the automatic thread count)."""
     deterministic: bool = False
     """Ask paddle for deterministic kernels (FLAGS_cudnn_deterministic; slower on GPU)."""
     amp: str = "off"
@@ -28,7 +27,3 @@ class PaddleConfig:
     stay float32; a CPU run ignores it (with a warning)."""
     pin_memory: bool = True
     """GPU only: copy big host batches (>= 256 KiB) through pinned host memory."""
-
-    def __post_init__(self) -> None:
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"amp = {self.amp!r} is not one of {', '.join(AMP_MODES)}")

@@ -6,7 +6,6 @@ import contextlib
 import copy
 import ctypes
 import functools
-import itertools
 import logging
 import math
 import weakref
@@ -20,7 +19,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from harness import numpy_nets
+from harness import backend_common, numpy_nets
 from harness.cpus import cpu_share
 from harness.errors import ConfigError
 from harness_torch import int8
@@ -108,15 +107,10 @@ class TorchBackend:
         cuda = self._device.type == "cuda"
         self._amp_dtype: torch.dtype | None = None
         self._scaler: Any = None
-        if config.amp != "off" and not cuda:
-            log.warning(
-                "[backend] amp = %r applies to CUDA learners only: this %s run trains in float32",
-                config.amp,
-                self.device,
-            )
-        elif config.amp != "off":
-            self._amp_dtype = torch.bfloat16 if config.amp == "bf16" else torch.float16
-            if config.amp == "fp16":  # bf16 has float32's exponent range: no scaling needed
+        amp = backend_common.amp_in_effect(config.amp, cuda, "CUDA", self.device, log)
+        if amp is not None:
+            self._amp_dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+            if amp == "fp16":  # bf16 has float32's exponent range: no scaling needed
                 self._scaler = torch.amp.GradScaler("cuda")
         self._pin = cuda and config.pin_memory
         self._staging: dict[tuple[Any, ...], list[Any]] = {}  # key -> [pinned tensor, event]
@@ -161,9 +155,7 @@ class TorchBackend:
         out_gain: float = 1.0,
         activate_output: bool = False,
     ) -> nn.Module:
-        act = _ACTIVATIONS.get(activation)
-        if act is None:
-            raise ConfigError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}.")
+        act = backend_common.activation_class(_ACTIVATIONS, activation)
         layers: list[nn.Module] = []
         last = in_dim
         for width in hidden:
@@ -183,10 +175,8 @@ class TorchBackend:
         activation: str = "tanh",
         out_gains: Sequence[float] | None = None,
     ) -> nn.Module:
-        act = _ACTIVATIONS.get(activation)
-        if act is None:
-            raise ConfigError(f"activation {activation!r} is not one of {sorted(_ACTIVATIONS)}.")
-        gains = list(out_gains) if out_gains is not None else [1.0] * len(out_dims)
+        act = backend_common.activation_class(_ACTIVATIONS, activation)
+        gains = backend_common.out_gains_or_ones(out_gains, out_dims)
         return _ParallelMLP(in_dim, list(hidden), list(out_dims), act(), gains).to(self._device)
 
     def cnn(
@@ -199,13 +189,7 @@ class TorchBackend:
         strides: Sequence[int] = (4, 2, 1),
         scale: float = 1.0 / 255.0,
     ) -> nn.Module:
-        shape = tuple(int(d) for d in in_shape)
-        if len(shape) != 3 or not len(channels) == len(kernels) == len(strides) >= 1:
-            raise ConfigError(
-                f"cnn() takes a (C, H, W) in_shape and as many channels, kernels and strides "
-                f"(at least one each); got {shape}, {channels}, {kernels}, {strides}."
-            )
-        layers = list(zip(channels, kernels, strides, strict=True))
+        shape, layers = backend_common.cnn_layers(in_shape, channels, kernels, strides)
         net = _CNN(shape, out_dim, layers, scale).to(self._device)
         if self._device.type == "cpu":
             # oneDNN's convolutions run on channels-last (NHWC) tensors without reordering:
@@ -621,16 +605,14 @@ class _ParallelMLP(nn.Module):
         super().__init__()
         self.out_dims = out_dims
         self.act = act
-        k, sizes = len(out_dims), [in_dim, *hidden, max(out_dims)]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
-        for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-            last = layer == len(sizes) - 2
+        k, layout = len(out_dims), backend_common.parallel_layout(in_dim, hidden, out_dims, gains)
+        for fan_in, fan_out, members in layout:
             w = torch.zeros(k, fan_in, fan_out)
-            for j in range(k):
-                width = out_dims[j] if last else fan_out
+            for j, (width, gain) in enumerate(members):
                 block = torch.empty(width, fan_in)
-                nn.init.orthogonal_(block, gains[j] if last else math.sqrt(2))
+                nn.init.orthogonal_(block, gain)
                 w[j, :, :width] = block.T
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(torch.zeros(k, 1, fan_out)))
@@ -640,11 +622,10 @@ class _ParallelMLP(nn.Module):
     ) -> list[torch.Tensor]:
         weights, biases, dims = list(self.weights), list(self.biases), self.out_dims
         if member is not None:  # that member's weight slices alone, as a stack of one
-            if not isinstance(x, torch.Tensor):
-                raise TypeError("parallel_mlp(x, member=j) takes one batch, not one per member")
-            weights = [w[member : member + 1] for w in weights]
-            biases = [b[member : member + 1] for b in biases]
-            dims = [dims[member]]
+            one_batch = isinstance(x, torch.Tensor)
+            weights, biases, dims = backend_common.member_stacks(
+                member, one_batch, weights, biases, dims
+            )
         if isinstance(x, torch.Tensor):
             h = x.flatten(1).unsqueeze(0).expand(len(dims), -1, -1)
         else:  # one input per member
@@ -671,18 +652,15 @@ class _CNN(nn.Module):
         self.scale = scale
         self.channels_last = False  # set by TorchBackend.cnn with the weights' layout
         convs: list[nn.Module] = []
-        c, h, w = in_shape
-        for out, kernel, stride in layers:
+        specs, flat = backend_common.conv_stack(in_shape, layers)
+        for c, out, kernel, stride in specs:
             conv = nn.Conv2d(c, out, kernel, stride)
             nn.init.orthogonal_(conv.weight, math.sqrt(2))
             assert conv.bias is not None
             nn.init.zeros_(conv.bias)
             convs += [conv, nn.ReLU()]
-            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
-            if h < 1 or w < 1:
-                raise ConfigError(f"cnn(): a {in_shape} image is too small for the layers {layers}")
         self.convs = nn.Sequential(*convs)
-        self.fc = _init(nn.Linear(c * h * w, out_dim), math.sqrt(2))
+        self.fc = _init(nn.Linear(flat, out_dim), math.sqrt(2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.channels_last:  # reordered while still bytes, before the float conversion

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AMP_MODES = ("off", "bf16", "fp16")
+from harness.backend_common import AMP_MODES, BackendOptions
+
+__all__ = ["AMP_MODES", "TorchConfig"]
 
 
 @dataclass
-class TorchConfig:
-    """Options of the torch backend ([backend] section)."""
+class TorchConfig(BackendOptions):
+    """Options of the torch backend ([backend] section). The shared keys (threads,
+    processes_per_host and the amp check) come from :class:`BackendOptions`; the fields below
+    that restate one say it in torch's terms (the docstrings are ``harness run --help``)."""
 
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'."""
-    threads: int = 0
-    """Intra-op CPU threads; 0 sizes it to this process's CPU share (affinity / processes)."""
-    processes_per_host: int = 1
-    """How many harness processes share this host's CPUs (sets the automatic thread count)."""
     deterministic: bool = False
     """Use deterministic kernels (slower on CUDA)."""
     amp: str = "off"
@@ -45,7 +45,3 @@ class TorchConfig:
     each refresh): the Nature CNN 3-4x faster per observation on x86, features within ~1% of
     float. The learner trains in float32; IMPALA's V-trace and PPO's ratio correct for the
     difference through the recorded behaviour log-probabilities. MLPs are unaffected."""
-
-    def __post_init__(self) -> None:
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"amp = {self.amp!r} is not one of {', '.join(AMP_MODES)}")
