@@ -208,16 +208,28 @@ class Backend(Protocol):
         init with gain sqrt(2). The defaults are the Nature-DQN trunk (Mnih et al. 2015)."""
         ...
 
-    def gru(self, in_dim: int, hidden_dim: int) -> Any:
-        """A GRU cell (recurrent agent networks, QMIX): calling it on ``(x, h)`` with ``x``
-        ``(B, in_dim)`` and ``h`` ``(B, hidden_dim)`` returns the next hidden state ``(B,
-        hidden_dim)``. Its parameters optimise, save and copy like a :meth:`mlp`'s."""
+    def recurrent(self, kind: str, in_dim: int, hidden_dim: int) -> Any:
+        """An LSTM (``kind = "lstm"``) or GRU (``"gru"``) layer run over whole sequences by
+        the framework's fused op. Called on ``(x, state, starts)``: time-major inputs ``x``
+        ``(T, B, in_dim)``, the state before the first step ``(B, S)`` (one array whatever the
+        kind: :func:`harness.sequences.state_dim`, an LSTM's ``h`` then ``c``) and optional
+        episode-start flags ``starts`` ``(T, B)`` (numpy or a tensor; true: the state is zeroed
+        before step ``t``), it returns the outputs ``(T, B, hidden_dim)`` and the state after
+        the last step ``(B, S)``; with the keyword ``final=False`` the second value is None
+        (a learner that reads only the outputs skips the extra work the final state can
+        take). Starts inside the sequences cost no per-step loop: the sequences are cut into
+        segments run side by side (:func:`harness.sequences.plan_segments`).
+        Its :meth:`inference` copy steps one time step in numpy, ``(x (B, in_dim), state (B, S))
+        -> (output (B, hidden_dim), state (B, S))``, the same arithmetic (torch's gate order;
+        ``harness.testing.check_backend`` holds the two equal). Orthogonal weights (gain 1),
+        zero biases; its parameters optimise, save and copy like an :meth:`mlp`'s."""
         ...
 
     def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
         """A numpy-in, numpy-out copy of ``model`` with its current weights, for acting
         (rollouts, evaluation, actor processes that need no framework). Outputs are shaped like
-        the model's (a list for :meth:`parallel_mlp`). Take a new copy after the weights change.
+        the model's (a list for :meth:`parallel_mlp`; a :meth:`recurrent` layer's copy steps one time
+        step, see there). Take a new copy after the weights change.
         """
         ...
 

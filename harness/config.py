@@ -282,12 +282,20 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 
 def build_dataclass(
-    cls: type[Any], values: Mapping[str, Any], where: Mapping[str, str], section: str, owner: str
+    cls: type[Any],
+    values: Mapping[str, Any],
+    where: Mapping[str, str],
+    section: str,
+    owner: str,
+    *,
+    owners_of: Callable[[str], list[str]] | None = None,
 ) -> Any:
     """Instantiate ``cls`` from ``values``, checking every key and type.
 
     ``where`` maps a key to the file (or '--set') it came from; ``owner`` names what the section
-    configures (e.g. "algorithm 'ppo'") for the error message.
+    configures (e.g. "algorithm 'ppo'") for the error message; ``owners_of(key)`` names the
+    other plugins whose section has an unknown key (``algo.recurrent`` on an algorithm without
+    it names the algorithms that have it).
     """
     names = {f.name for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -295,9 +303,16 @@ def build_dataclass(
     for key, value in values.items():
         origin = where.get(key, "config")
         if key not in names:
+            others = owners_of(key) if owners_of is not None else []
+            where_else = (
+                f" It is an option of {', '.join(map(repr, others))}: choose one of them, or "
+                f"remove {section}.{key}."
+                if others
+                else did_you_mean(key, names)
+            )
             raise ConfigError(
-                f"{origin}: [{section}] key {key!r} is not an option of {owner}."
-                f"{did_you_mean(key, names)} See `harness run --help` for every key."
+                f"{origin}: [{section}] key {key!r} is not an option of {owner}.{where_else} "
+                "See `harness run --help` for every key."
             )
         try:
             kwargs[key] = coerce(value, hints[key])
@@ -567,7 +582,16 @@ def resolve(raw: RawConfig, registry: Registry) -> Config:
                 keys = ", ".join(values)
                 raise ConfigError(f"[{name}] keys {keys} given, but {owner} takes no options.")
             return None
-        return build_dataclass(cls, values, raw.where(name), name, owner)
+        owners = algorithms_with if name == "algo" else None
+        return build_dataclass(cls, values, raw.where(name), name, owner, owners_of=owners)
+
+    def algorithms_with(key: str) -> list[str]:
+        return [
+            name
+            for name, spec in registry.algorithms.items()
+            if spec.config_cls is not None
+            and key in {f.name for f in dataclasses.fields(spec.config_cls)}
+        ]
 
     return Config(
         run=run,

@@ -109,3 +109,43 @@ def gru(w_ih: Array, b_ih: Array, w_hh: Array, b_hh: Array) -> Callable[[Array, 
         return out
 
     return forward
+
+
+def recurrent_step(
+    kind: str, w_ih: Array, b_ih: Array, w_hh: Array, b_hh: Array
+) -> Callable[[Array, Array], tuple[Array, Array]]:
+    """One time step of a ``Backend.recurrent`` layer (actors step it once per env step):
+    called on ``(x (B, in), state (B, S))`` it returns ``(output (B, H), next state (B, S))``.
+
+    Weights are ``(fan_in, G * H)`` with the gates in torch's order: an LSTM's input, forget,
+    cell and output gates (``G = 4``; its state is ``h`` then ``c``, ``S = 2H``), a GRU's reset,
+    update and candidate (``G = 3``; ``S = H``, the output). ``harness.testing.check_backend``
+    holds a backend's copy equal to its fused sequence op."""
+    wi, bi, wh, bh = (np.ascontiguousarray(a, np.float32) for a in (w_ih, b_ih, w_hh, b_hh))
+    size = wh.shape[0]
+    if kind == "gru":
+        cell = gru(wi, bi, wh, bh)
+
+        def gru_step(x: Array, state: Array) -> tuple[Array, Array]:
+            h = cell(x, state)
+            return h, h
+
+        return gru_step
+    if kind != "lstm":
+        raise ValueError(f"recurrent kind {kind!r}: expected 'lstm' or 'gru'")
+
+    def lstm_step(x: Array, state: Array) -> tuple[Array, Array]:
+        state = np.asarray(state, np.float32)
+        h, c = state[:, :size], state[:, size:]
+        gates = np.asarray(x, np.float32).reshape(len(x), -1) @ wi + bi + h @ wh + bh
+        i, f, g, o = (gates[:, k * size : (k + 1) * size] for k in range(4))
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        return h, np.concatenate([h, c], axis=1)
+
+    return lstm_step
+
+
+def _sigmoid(x: Array) -> Array:
+    out: Array = 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warning for large |x|
+    return out

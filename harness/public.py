@@ -33,6 +33,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "harness.registry",
     "harness.remote",
     "harness.runtime",
+    "harness.sequences",
     "harness.testing",
     "harness.tracking",
     "harness.version",

@@ -9,10 +9,15 @@ a bounded lag. The behaviour policy's log-probabilities travel with the rollouts
 extras); ``learn`` scores the batch under the current weights and corrects with V-trace. In a
 serial run (``run.actors = 0``) behaviour and target policy coincide and rho = 1.
 
-Differences from the paper: Adam instead of RMSProp (harness backends offer Adam only); no LSTM;
-the loss is averaged over the batch rather than summed (Adam is insensitive to the scale).
+Differences from the paper: Adam instead of RMSProp (harness backends offer Adam only); the
+loss is averaged over the batch rather than summed (Adam is insensitive to the scale).
 Observations with three axes (stacked frames) go through the backend's Nature-CNN trunk
 (``backend.cnn``), flat ones through separate actor and critic MLPs. Discrete and box actions.
+
+With ``recurrent = "lstm" | "gru"`` (flat observations) an LSTM or GRU sits in front of the
+heads, as the paper's LSTM agent: each unroll carries the state its actor had at its first
+step (``rnn_state``), and ``learn`` replays the unroll and its bootstrap step from it in one
+fused pass, zeroing the state where an episode starts inside (harness_algos.recurrent).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from harness.api import Backend, EnvInfo
+from harness.errors import ConfigError
 from harness_algos.moments import check_normalization
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
+from harness_algos.recurrent import check_recurrent, episode_starts, with_next
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {
@@ -92,8 +99,17 @@ class IMPALAConfig:
     'shallow' (the IMPALA paper's 2-layer trunk, 256 features, ~3x less compute)."""
     log_std_init: float = 0.0
     """Initial log standard deviation for box actions."""
+    recurrent: str = "none"
+    """'lstm' or 'gru': a recurrent layer of rnn_hidden units between the (flat) observation
+    and the actor and critic heads (hidden), for partially observed tasks; 'none':
+    feed-forward. Each actor keeps its envs' states across unrolls and resets them at episode
+    starts; every unroll carries the state it started from, and the learner replays it from
+    there through the whole unroll (docs/recurrent.md)."""
+    rnn_hidden: int = 64
+    """Units of the recurrent layer (recurrent = 'lstm' or 'gru')."""
 
     def __post_init__(self) -> None:
+        check_recurrent(self.recurrent, self.rnn_hidden)
         check_normalization(self.clip_obs, self.clip_reward)
         if self.rollout_len < 1 or self.epochs < 1:
             raise ValueError("rollout_len and epochs must be >= 1")
@@ -152,10 +168,25 @@ class IMPALA(ActorCritic):
     """The V-trace actor-critic update on one batch of unrolls."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: IMPALAConfig) -> None:
-        super().__init__(backend, info, config.log_std_init)
+        super().__init__(
+            backend,
+            info,
+            config.log_std_init,
+            recurrent=config.recurrent,
+            rnn_hidden=config.rnn_hidden,
+        )
         self.config = config
         self.image = len(info.observation.shape) == 3
-        if self.image:  # a shared convolutional trunk with linear policy and value heads
+        if self.image and config.recurrent != "none":
+            raise ConfigError(
+                f"algo.recurrent = {config.recurrent!r} takes flat observations; {info.env_id} "
+                f"gives images of shape {info.observation.shape} (a CNN trunk before the "
+                'recurrent layer is not built yet): set algo.recurrent = "none" (frame '
+                "stacking gives the CNN its short-term memory)."
+            )
+        if config.recurrent != "none":
+            self.net = self.recurrent_net(info, config.hidden, config.activation)
+        elif self.image:  # a shared convolutional trunk with linear policy and value heads
             preset = CNN_PRESETS[config.cnn]
             trunk = backend.cnn(info.observation.shape, **preset)
             width = int(preset["out_dim"])
@@ -178,7 +209,7 @@ class IMPALA(ActorCritic):
     def checkpoint_parts(self) -> dict[str, Any]:
         return {"net": self.net, "optimizer": self.optimizer}
 
-    def numpy_policy(self) -> Callable[[np.ndarray], Any]:
+    def numpy_policy(self) -> Callable[..., Any]:
         """The numpy copy acting uses: for images, the trunk's and both heads' chained."""
         if not self.image:
             return super().numpy_policy()
@@ -192,12 +223,13 @@ class IMPALA(ActorCritic):
 
         return forward
 
-    def forward(self, obs: Any) -> tuple[Any, Any]:
-        """Policy-head outputs (logits or means) and state values for a batch."""
+    def forward(self, obs: Any, sequences: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+        """Policy-head outputs (logits or means) and state values for a batch (time-major
+        sequences for a recurrent network, with ``sequences = (state, starts)``)."""
         if self.image:
             features = self.net["trunk"](obs)
             return self.net["policy"](features), self.net["value"](features)[:, 0]
-        out, value = self.net(obs)
+        out, value = self.net_outputs(self.net, obs, sequences)
         return out, value[:, 0]
 
     def act(
@@ -213,17 +245,23 @@ class IMPALA(ActorCritic):
     def learn(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One V-trace step on a batch of unrolls: ``obs`` ``(T, N, ...)``, ``next_obs``
         ``(N, ...)`` (after the last step), ``actions``, ``rewards``, ``discounts``,
-        ``behaviour_log_probs`` ``(T, N)``."""
+        ``behaviour_log_probs`` ``(T, N)``; for a recurrent network also ``starts`` ``(T + 1,
+        N)`` (episode starts through the bootstrap step) and ``state`` ``(N, S)``."""
         bk, c = self.backend, self.config
         obs = batch["obs"]
         steps, n = obs.shape[:2]
         rows = steps * n
-        every = np.concatenate([obs.reshape(rows, *obs.shape[2:]), batch["next_obs"]])
         actions = batch["actions"].reshape(rows, *batch["actions"].shape[2:])
         act_t = bk.tensor(actions, self.action_dtype)
+        sequences = None
+        if self.recurrent != "none":  # time-major (T + 1, N): rows in the same order
+            every = with_next(obs, batch["next_obs"])
+            sequences = (bk.tensor(batch["state"]), batch["starts"])
+        else:
+            every = np.concatenate([obs.reshape(rows, *obs.shape[2:]), batch["next_obs"]])
         with bk.autocast():
             # one forward pass over the unrolls and the bootstrap observations
-            out, all_values = self.forward(bk.tensor(every, self.obs_dtype))
+            out, all_values = self.forward(bk.tensor(every, self.obs_dtype), sequences)
             dist = self.distribution(out[:rows])
             values = all_values[:rows]
             logp = dist.log_prob(act_t)
@@ -283,15 +321,26 @@ class IMPALAAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(self.policy_obs(obs), self.rng)
-        return self.to_env(actions), {"log_prob": log_probs, "action": actions}
+        outs, extras = self.acting_outputs(obs)
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        extras.update(log_prob=log_probs, action=actions)
+        return self.to_env(actions), extras
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
+        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer
+        sequences: dict[str, np.ndarray] = {}
+        if self.memory is not None:
+            self.add_truncation_values()
+            after = np.zeros((1, buf.num_envs), buf.dones.dtype)
+            sequences = {
+                "starts": episode_starts(np.concatenate([buf.dones, after])),
+                "state": self.memory.rollout_start,
+            }
         batch = {
+            **sequences,
             "obs": buf.obs,
             "next_obs": next_obs,
             "actions": buf.actions,

@@ -37,6 +37,13 @@ from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transi
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError
 from harness_algos.moments import EPS, Normalization, RunningMoments
+from harness_algos.recurrent import (
+    AgentMemory,
+    episode_starts,
+    numpy_recurrent_policy,
+    recurrent_actor_critic,
+    with_next,
+)
 
 
 def annealed(value: float, progress: float, anneal: bool) -> float:
@@ -74,8 +81,20 @@ class ActorCritic(Algorithm):
     _log_std: np.ndarray
     """Box actions: the numpy copy of ``log_std``."""
 
-    def __init__(self, backend: Backend, info: EnvInfo, log_std_init: float) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        info: EnvInfo,
+        log_std_init: float,
+        *,
+        recurrent: str = "none",
+        rnn_hidden: int = 0,
+    ) -> None:
         super().__init__(backend)
+        self.recurrent = recurrent
+        """``none``, or the kind of the recurrent layer in front of the heads
+        (``harness_algos.recurrent``): then the acting model is ``group(core, heads)``."""
+        self.rnn_hidden = rnn_hidden if recurrent != "none" else 0
         self.discrete = info.action.kind == "discrete"
         self.act_dim = info.action.n if self.discrete else info.action.flat_dim
         """Width of the policy head: one logit per action, or one mean per action dimension."""
@@ -100,7 +119,34 @@ class ActorCritic(Algorithm):
 
     @abc.abstractmethod
     def values(self, obs: np.ndarray) -> np.ndarray:
-        """State values of a batch of observations, in numpy."""
+        """State values of a batch of observations, in numpy (feed-forward networks; a
+        recurrent one scores whole sequences: :meth:`sequence_values`)."""
+
+    # --- recurrent networks (algo.recurrent) ------------------------------------------------
+    def recurrent_net(self, info: EnvInfo, hidden: list[int], activation: str) -> Any:
+        """The recurrent layer and heads of this algorithm's ``recurrent`` kind."""
+        return recurrent_actor_critic(
+            self.backend, info, self.recurrent, self.rnn_hidden, hidden, activation
+        )
+
+    def net_outputs(self, net: Any, obs: Any, sequences: tuple[Any, Any] | None) -> Any:
+        """``net``'s outputs on an observation tensor: a feed-forward ``net(obs)``, or with
+        ``sequences = (state tensor (B, S), starts (T, B))`` the recurrent layer over
+        time-major ``obs`` ``(T, B, ...)`` and the heads on its ``T * B`` outputs (rows in
+        time-major order)."""
+        if sequences is None:
+            return net(obs)
+        state, starts = sequences
+        out, _ = net["core"](obs, state, starts, final=False)
+        return net["heads"](out.reshape([-1, self.rnn_hidden]))
+
+    def sequence_values(self, obs: np.ndarray, starts: np.ndarray, state: np.ndarray) -> Any:
+        """State values ``(T, B)`` of time-major observation sequences (recurrent networks),
+        one fused pass without gradients."""
+        bk = self.backend
+        with bk.no_grad():
+            out = self.net_outputs(self.acting_model(), bk.tensor(obs), (bk.tensor(state), starts))
+        return bk.numpy(out[1])[:, 0].reshape(obs.shape[:2])
 
     def set_schedule(self, progress: float) -> float:
         """Anneal what the config anneals; ``progress`` in [0, 1]. Returns the (policy's) lr.
@@ -119,9 +165,21 @@ class ActorCritic(Algorithm):
         bk = self.backend
         return bk.categorical(out) if self.discrete else bk.normal(out, self.log_std)
 
-    def numpy_policy(self) -> Callable[[np.ndarray], Any]:
-        """A numpy copy of :meth:`acting_model` with its current weights."""
+    def numpy_policy(self) -> Callable[..., Any]:
+        """A numpy copy of :meth:`acting_model` with its current weights (a recurrent one
+        takes and returns the state too: ``(obs, state) -> (outputs, state)``)."""
+        if self.recurrent != "none":
+            return numpy_recurrent_policy(self.backend, self.acting_model())
         return self.backend.inference(self.acting_model())
+
+    def policy_outputs(
+        self, obs: np.ndarray, state: np.ndarray | None = None
+    ) -> tuple[Any, np.ndarray | None]:
+        """The numpy copy's outputs (policy head, values) on ``obs``, and, for a recurrent
+        network, the state after this step from ``state``."""
+        if self.recurrent != "none":
+            return self._policy(obs, state)  # type: ignore[no-any-return]
+        return self._policy(obs), None
 
     def refresh_policy(self) -> None:
         """Take the numpy copies that acting uses (after any weight change)."""
@@ -170,10 +228,13 @@ class ActorCritic(Algorithm):
             state["log_std"] = bk.state(self.log_std)
         if self.obs_norm is not None:
             state["obs_norm"] = self.obs_norm.state()
+        if self.recurrent != "none":
+            state["recurrent"] = f"{self.recurrent}:{self.rnn_hidden}"
         return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         bk = self.backend
+        self.check_recurrent_state(state)
         for key, part in self.checkpoint_parts().items():
             bk.load_state(part, state[key])
         if not self.discrete:
@@ -191,6 +252,24 @@ class ActorCritic(Algorithm):
                 "observation statistics the policy needs): set algo.normalize_obs = true."
             )
         self.refresh_policy()
+
+    def check_recurrent_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a checkpoint whose network is recurrent in another way than the config's."""
+        saved = str(state.get("recurrent", "none"))
+        wanted = f"{self.recurrent}:{self.rnn_hidden}" if self.recurrent != "none" else "none"
+        if saved == wanted:
+            return
+
+        def words(spec: str) -> str:
+            if spec == "none":
+                return 'algo.recurrent = "none" (feed-forward)'
+            kind, hidden = spec.split(":")
+            return f'algo.recurrent = "{kind}", algo.rnn_hidden = {hidden}'
+
+        raise ConfigError(
+            f"This checkpoint holds a policy trained with {words(saved)}, but the config asks "
+            f"for {words(wanted)}: set the config's keys to the checkpoint's ({words(saved)})."
+        )
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         weights = self.backend.get_weights(self.acting_model())
@@ -265,11 +344,48 @@ class RolloutAgent(Agent):
         self.return_norm = RunningMoments() if norm is not None and norm.normalize_reward else None
         """With ``normalize_reward``: moments of the running discounted returns."""
         self._returns = np.zeros(info.num_envs, np.float64)
+        self.memory = (
+            AgentMemory(algorithm.recurrent, algorithm.rnn_hidden, info.num_envs)
+            if algorithm.recurrent != "none"
+            else None
+        )
+        """A recurrent network's states (harness_algos.recurrent); None for a feed-forward one."""
 
     @abc.abstractmethod
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         """The updates on the full rollout in ``self.buffer``; ``next_obs`` are the observations
         after its last step. Returns the metrics."""
+
+    # --- acting ---------------------------------------------------------------------------
+    def acting_outputs(self, obs: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+        """The policy's numpy outputs (policy head, values) for ``sample`` on env
+        observations, and the extras a recurrent policy adds: ``rnn_state``, the state this step
+        started from (the learner replays each sequence from its first step's)."""
+        x = self.policy_obs(obs)
+        if self.memory is None:
+            return self.algorithm.policy_outputs(x)[0], {}
+        before = self.memory.before_sample(len(x))
+        outs, after = self.algorithm.policy_outputs(x, before)
+        self.memory.acting = np.asarray(after, np.float32)
+        return outs, {"rnn_state": before}
+
+    def greedy_outputs(self, obs: np.ndarray) -> Any:
+        """The policy's numpy outputs for ``predict`` (a recurrent policy steps the evaluation
+        envs' own states)."""
+        x = self.policy_obs(obs)
+        if self.memory is None:
+            return self.algorithm.policy_outputs(x)[0]
+        outs, after = self.algorithm.policy_outputs(x, self.memory.before_predict(len(x)))
+        self.memory.evaluating = np.asarray(after, np.float32)
+        return outs
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        if self.memory is not None:
+            self.memory.ended(mask)
+
+    def predict_episodes_ended(self, mask: np.ndarray) -> None:
+        if self.memory is not None:
+            self.memory.predict_ended(mask)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
@@ -300,10 +416,16 @@ class RolloutAgent(Agent):
         obs, next_obs = self.policy_obs(t.obs), self.policy_obs(t.next_obs)
         dones = (t.terminated | t.truncated).astype(np.float32)
         rewards = self.scale_rewards(t.rewards.astype(np.float32), dones)
+        if self.memory is not None and self.buffer.size == 0:
+            self.memory.rollout_start = self._rnn_state(t)
         truncated = t.truncated & ~t.terminated
         if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
             idx = np.flatnonzero(truncated)
-            rewards[idx] += self.config.gamma * self.algorithm.values(next_obs[idx])
+            if self.memory is None:
+                rewards[idx] += self.config.gamma * self.algorithm.values(next_obs[idx])
+            else:  # needs the state after the step: scored with the rollout's sequences
+                step = self.buffer.size // self.buffer.num_envs
+                self.memory.truncations.append((step, idx, next_obs[idx]))
         # values and log-probs as sample() gave them (A2C's values; PPO's and IMPALA's
         # log-probs), zeros where it gave none (PPO and PG score the values in learn)
         x = t.extras
@@ -312,11 +434,25 @@ class RolloutAgent(Agent):
         self._last_next_obs = next_obs
         self.env_steps += len(t.obs)
 
+    def _rnn_state(self, t: Transition) -> np.ndarray:
+        state = t.extras.get("rnn_state")
+        assert self.memory is not None
+        if state is None or np.shape(state) != (len(t.rewards), self.memory.width):
+            raise ValueError(
+                f"a recurrent {self.name} agent observed a transition without its "
+                f"(envs, {self.memory.width}) 'rnn_state' extra (got "
+                f"{None if state is None else np.shape(state)}): the experience must come from "
+                "the same agent's sample() with the same algo.recurrent and algo.rnn_hidden."
+            )
+        return np.array(state, np.float32)
+
     def learn(self) -> dict[str, float]:
         if not self.buffer.full or self._last_next_obs is None:
             return {}
         lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
         metrics = self.learn_rollout(self._last_next_obs)
+        if self.memory is not None:
+            self.memory.truncations.clear()
         self.buffer.reset()
         moments = self.algorithm.obs_norm
         if moments is not None and self._rollout_obs:
@@ -340,12 +476,39 @@ class RolloutAgent(Agent):
             self.return_norm.load_state(state["return_norm"])
             self._returns = np.asarray(state["running_returns"], np.float64)
 
-    def score_rollout(self) -> None:
+    def score_rollout(self, next_obs: np.ndarray) -> np.ndarray:
         """Fill the buffer's values with V of every stored observation, in one batched pass
-        (for agents whose ``sample`` does not compute them)."""
+        (for agents whose ``sample`` does not compute them), and return V of ``next_obs``, the
+        observations after the last step. A recurrent network scores each env's sequence
+        through the bootstrap step from its first step's state, and adds the truncated
+        episodes' bootstrap values to their rewards first (:meth:`add_truncation_values`)."""
         buf = self.buffer
-        flat_obs = buf.obs.reshape(buf.num_steps * buf.num_envs, *buf.obs_shape)
-        buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
+        if self.memory is None:
+            flat_obs = buf.obs.reshape(buf.num_steps * buf.num_envs, *buf.obs_shape)
+            buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
+            return self.algorithm.values(next_obs)
+        self.add_truncation_values()
+        starts = episode_starts(np.concatenate([buf.dones, np.zeros((1, buf.num_envs))]))
+        values = self.algorithm.sequence_values(
+            with_next(buf.obs, next_obs), starts, self.memory.rollout_start
+        )
+        buf.values[:] = values[:-1]
+        return np.asarray(values[-1])
+
+    def add_truncation_values(self) -> None:
+        """Recurrent networks: ``gamma * V(final obs)`` onto the rewards of the steps where a
+        time limit cut an episode (a feed-forward one does it in ``observe``), V in the
+        state after that step, from one batched pass over sequences ending in the final
+        observations (:meth:`harness_algos.recurrent.AgentMemory.final_columns`)."""
+        assert self.memory is not None
+        buf = self.buffer
+        columns = self.memory.final_columns(buf.obs, episode_starts(buf.dones))
+        if columns is None:
+            return
+        obs, starts, states, where = columns
+        values = self.algorithm.sequence_values(obs, starts, states)
+        for j, (t, e) in enumerate(where):
+            buf.rewards[t, e] += self.config.gamma * values[t + 1, j]
 
     def whole_rollout(self, normalize_advantages: bool) -> RolloutBatch:
         """The whole rollout as one batch (the shuffle inside does not change the gradient)."""

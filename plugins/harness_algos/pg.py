@@ -168,10 +168,11 @@ class PGAgent(RolloutAgent):
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config
-        self.score_rollout()  # (sample() leaves the values out; log-probs are not needed)
+        # (sample() leaves the values out; log-probs are not needed)
+        last_values = self.score_rollout(next_obs)
         # GAE with lambda = 1 is exactly the discounted return-to-go, cut at episode ends and
         # bootstrapped from V(last obs) where the rollout cuts an episode, minus V(s_t)
-        self.buffer.compute_gae(self.algorithm.values(next_obs), c.gamma, 1.0)
+        self.buffer.compute_gae(last_values, c.gamma, 1.0)
         metrics = self.algorithm.learn(self.whole_rollout(c.normalize_advantage))
         self.updates += 1
         return metrics

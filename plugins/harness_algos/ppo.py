@@ -13,6 +13,7 @@ from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
 from harness_algos.moments import check_normalization
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
+from harness_algos.recurrent import SequenceBatch, check_recurrent, sequence_minibatches
 
 
 @dataclass
@@ -67,8 +68,18 @@ class PPOConfig:
     """Hidden activation: tanh, relu or elu."""
     log_std_init: float = 0.0
     """Initial log standard deviation for box actions."""
+    recurrent: str = "none"
+    """'lstm' or 'gru': a recurrent layer of rnn_hidden units between the observation and
+    the actor and critic heads (hidden), for partially observed tasks; 'none': feed-forward.
+    Each env's state is kept across rollouts and reset at its episode's start, the state
+    each rollout starts from travels with it, and minibatches are whole env sequences
+    (batch_size // n_steps of them), trained through the n_steps of a rollout
+    (docs/recurrent.md)."""
+    rnn_hidden: int = 64
+    """Units of the recurrent layer (recurrent = 'lstm' or 'gru')."""
 
     def __post_init__(self) -> None:
+        check_recurrent(self.recurrent, self.rnn_hidden)
         check_normalization(self.clip_obs, self.clip_reward)
         if self.n_steps < 1 or self.batch_size < 1 or self.n_epochs < 1:
             raise ValueError("n_steps, batch_size and n_epochs must be >= 1")
@@ -78,15 +89,25 @@ class PPO(ActorCritic):
     """The clipped-surrogate update on one minibatch."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: PPOConfig) -> None:
-        super().__init__(backend, info, config.log_std_init)
+        super().__init__(
+            backend,
+            info,
+            config.log_std_init,
+            recurrent=config.recurrent,
+            rnn_hidden=config.rnn_hidden,
+        )
         self.config = config
-        self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
+        if config.recurrent != "none":
+            self.net = self.recurrent_net(info, config.hidden, config.activation)
+        else:
+            self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
         self.optimizer = backend.optimizer(
             *self.trainable(self.net), lr=config.learning_rate, eps=1e-5
         )
         self.clip_range = config.clip_range
-        self._batch: RolloutBatch | None = None
+        self._batch: RolloutBatch | SequenceBatch | None = None
         self._tensors: tuple[Any, ...] = ()
+        self._sequences: tuple[Any, Any] | None = None
         self.refresh_policy()
 
     def acting_model(self) -> Any:
@@ -95,9 +116,11 @@ class PPO(ActorCritic):
     def checkpoint_parts(self) -> dict[str, Any]:
         return {"net": self.net, "optimizer": self.optimizer}
 
-    def forward(self, obs: Any) -> tuple[Any, Any]:
-        """The action distribution and the state values for a batch of observations."""
-        out, value = self.net(obs)
+    def forward(self, obs: Any, sequences: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+        """The action distribution and the state values for a batch of observations (for a
+        recurrent network, time-major sequences with ``sequences = (state, starts)``; the
+        outputs' rows are then time-major)."""
+        out, value = self.net_outputs(self.net, obs, sequences)
         return self.distribution(out), value[:, 0]
 
     def act(
@@ -112,7 +135,9 @@ class PPO(ActorCritic):
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1][:, 0])
 
-    def learn(self, batch: RolloutBatch, *, diagnostics: bool = True) -> dict[str, float]:
+    def learn(
+        self, batch: RolloutBatch | SequenceBatch, *, diagnostics: bool = True
+    ) -> dict[str, float]:
         """One clipped-surrogate step on ``batch``. Passing the same batch object again (a
         rollout that fits in one minibatch, trained for several epochs) reuses its tensors.
         Without ``diagnostics`` the losses, KL and clip fraction are not read back (an empty
@@ -128,9 +153,12 @@ class PPO(ActorCritic):
                 bk.tensor(batch.returns),
                 bk.tensor(batch.values),
             )
+            self._sequences = (
+                (bk.tensor(batch.state), batch.starts) if isinstance(batch, SequenceBatch) else None
+            )
         obs, actions, old_logp, adv, returns, old_values = self._tensors
         with bk.autocast():
-            d, v = self.forward(obs)
+            d, v = self.forward(obs, self._sequences)
             logp = d.log_prob(actions)
             log_ratio = logp - old_logp
             ratio = bk.exp(log_ratio)
@@ -187,34 +215,48 @@ class PPOAgent(RolloutAgent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(self.policy_obs(obs), self.rng)
-        extras = {"log_prob": log_probs, "action": actions}
+        outs, extras = self.acting_outputs(obs)
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        extras.update(log_prob=log_probs, action=actions)
         return self.to_env(actions), extras
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
+        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
+
+    def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:
+        """One shuffled pass over the rollout: samples, or for a recurrent network whole env
+        sequences (``batch_size // n_steps`` of them, at least one)."""
+        c, buf = self.config, self.buffer
+        if self.memory is None:
+            return list(
+                buf.minibatches(c.batch_size, self.rng, normalize_advantages=c.normalize_advantage)
+            )
+        return list(
+            sequence_minibatches(
+                buf,
+                self.memory.rollout_start,
+                max(1, c.batch_size // buf.num_steps),
+                self.rng,
+                normalize_advantages=c.normalize_advantage,
+            )
+        )
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer
         # values are left out when acting: one batched pass over the rollout instead
-        self.score_rollout()
-        last_values = self.algorithm.values(next_obs)
+        last_values = self.score_rollout(next_obs)
         buf.compute_gae(last_values, c.gamma, c.gae_lambda)
         totals: dict[str, float] = {}
         count = 0
         # a rollout that fits in one minibatch is the same batch every epoch (the order of
         # samples inside it does not change the gradient): build it once
         one_batch = c.batch_size >= buf.num_steps * buf.num_envs
-        batches: list[RolloutBatch] = []
+        batches: list[RolloutBatch] | list[SequenceBatch] = []
         for epoch in range(c.n_epochs):
             # losses and KL are read back on the last epoch only, or every epoch for target_kl
             diagnostics = c.target_kl is not None or epoch == c.n_epochs - 1
             if not (one_batch and batches):
-                batches = list(
-                    buf.minibatches(
-                        c.batch_size, self.rng, normalize_advantages=c.normalize_advantage
-                    )
-                )
+                batches = self.minibatches()
             for batch in batches:
                 metrics = self.algorithm.learn(batch, diagnostics=diagnostics)
                 for key, value in metrics.items():

@@ -38,6 +38,16 @@ class GymConfig:
     sticky_actions: float = 0.25
     """Atari: ALE v5's repeat_action_probability (0.25 as v5 and Machado et al. 2018; 0.0 is
     the DeepMind 2015 protocol)."""
+    obs_keep: list[int] = field(default_factory=list)
+    """Keep only these entries (0-based) of a flat Box observation and hide the rest; empty:
+    all. CartPole-v1 with [0, 2] (position and angle, no velocities) is the standard
+    partially observed task a policy needs memory for (``algo.recurrent``)."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(i, int) or i < 0 for i in self.obs_keep) or len(
+            set(self.obs_keep)
+        ) != len(self.obs_keep):
+            raise ValueError(f"obs_keep = {self.obs_keep}: expected distinct indices >= 0")
 
 
 def _gym() -> Any:
@@ -114,12 +124,14 @@ def make_env(
                 sticky_actions=options.sticky_actions,
                 **make_kwargs,
             )
+        if options.obs_keep:
+            make_one = functools.partial(_keep_entries, make_one, tuple(options.obs_keep), env_id)
         if vector == "sync":  # gymnasium's SyncVectorEnv, with a leaner step (see vector.py)
             from harness_gymnasium.vector import LeanSyncVectorEnv
 
             gym.spec(env_id)  # an unknown id fails here, as in make_vec
             envs = LeanSyncVectorEnv([make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
-        elif atari:
+        elif atari or options.obs_keep:
             envs = gym.vector.AsyncVectorEnv(
                 [make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
             )
@@ -142,6 +154,30 @@ def make_env(
         envs.reset(seed=seed)
         envs.action_space.seed(seed)
     return envs
+
+
+def _keep_entries(make_one: Any, keep: tuple[int, ...], env_id: str) -> Any:
+    """``make_one()`` whose flat Box observations keep only the entries ``keep`` (``[env]
+    obs_keep``)."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = make_one()
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        env.close()
+        raise ConfigError(
+            f"[env] obs_keep needs flat Box observations; {env_id} has {space}: remove obs_keep."
+        )
+    if max(keep) >= space.shape[0]:
+        env.close()
+        raise ConfigError(
+            f"[env] obs_keep = {list(keep)}: {env_id}'s observations have {space.shape[0]} "
+            f"entries (indices 0..{space.shape[0] - 1})."
+        )
+    index = np.asarray(keep)
+    kept = gym.spaces.Box(space.low[index], space.high[index], dtype=space.dtype)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs[index], kept)
 
 
 @hookimpl

@@ -1,0 +1,210 @@
+"""Recurrent actor-critics: PPO and IMPALA with ``algo.recurrent = "lstm" | "gru"``.
+
+The network is the observation -> one recurrent layer (``backend.recurrent``, ``rnn_hidden``
+units) -> separate actor and critic heads (``backend.parallel_mlp`` with the algorithm's
+``hidden`` widths) on the layer's output: one shared memory, as CleanRL's LSTM PPO, so acting
+steps one layer per env step and a stored state is one ``(S,)`` array per env.
+
+How the state travels (docs/recurrent.md):
+
+* **Acting** (serially and in every farm actor): the agent keeps a state per env, steps the
+  layer's numpy copy once per env step, and zeroes an env's state when its episode ends
+  (``episodes_ended``). ``sample`` returns the state each step *started from* as the extra
+  ``rnn_state``, so it travels with the chunk like the behaviour log-probabilities do.
+* **Learning**: a rollout is ``T`` steps of every env, each env's column one sequence. The
+  learner keeps the ``rnn_state`` of each column's first step (the state the actor had there,
+  whatever weights made it) and replays the sequence from it with the fused op, zeroing the
+  state where an episode starts inside (:func:`episode_starts`). Gradients flow through the whole
+  chunk (truncated BPTT over ``T`` steps); PPO's minibatches are whole sequences (envs).
+* A lost farm actor is replaced by one with fresh envs: its first chunk starts new episodes
+  from zero states, never from a state the learner has not seen.
+* **Evaluation** (``predict``) keeps its own state per evaluation env, reset by
+  ``predict_episodes_ended`` at every episode start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from harness.api import Backend, EnvInfo
+from harness.sequences import state_dim
+
+RECURRENT_CHOICES = ("none", "lstm", "gru")
+"""Values of ``algo.recurrent``."""
+
+
+def check_recurrent(recurrent: str, rnn_hidden: int) -> None:
+    """Config checks of ``recurrent`` / ``rnn_hidden`` (``__post_init__``)."""
+    if recurrent not in RECURRENT_CHOICES:
+        raise ValueError(f"recurrent = {recurrent!r} must be one of {', '.join(RECURRENT_CHOICES)}")
+    if rnn_hidden < 1:
+        raise ValueError(f"rnn_hidden = {rnn_hidden} must be >= 1")
+
+
+def recurrent_actor_critic(
+    backend: Backend,
+    info: EnvInfo,
+    kind: str,
+    rnn_hidden: int,
+    hidden: list[int],
+    activation: str,
+) -> Any:
+    """The recurrent layer (``core``) and the actor and critic heads on its output
+    (``heads``, evaluated together: policy head then value)."""
+    act_dim = info.action.n if info.action.kind == "discrete" else info.action.flat_dim
+    return backend.group(
+        core=backend.recurrent(kind, info.observation.flat_dim, rnn_hidden),
+        heads=backend.parallel_mlp(
+            rnn_hidden, hidden, [act_dim, 1], activation=activation, out_gains=[0.01, 1.0]
+        ),
+    )
+
+
+def numpy_recurrent_policy(
+    backend: Backend, net: Any
+) -> Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], np.ndarray]]:
+    """The acting copy of :func:`recurrent_actor_critic`'s network: ``(obs (B, ...), state (B,
+    S)) -> ([policy head, values (B, 1)], next state)``, one step, in numpy."""
+    step = backend.inference(net["core"])
+    heads = backend.inference(net["heads"])
+
+    def forward(obs: np.ndarray, state: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        out, state = step(np.asarray(obs, np.float32).reshape(len(obs), -1), state)
+        return heads(out), state
+
+    return forward
+
+
+def episode_starts(dones: np.ndarray) -> np.ndarray:
+    """Episode-start flags ``(T, N)`` of a rollout's done flags ``(T, N)``: an episode starts at
+    step ``t`` when one ended at ``t - 1``. The first step's flag is false: the stored state
+    already is a fresh episode's zeros where one started there (the actor reset it)."""
+    starts = np.zeros(dones.shape, bool)
+    starts[1:] = dones[:-1] > 0
+    return starts
+
+
+def with_next(steps: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """``(T, N, ...)`` rollout observations with the observations after the last step appended:
+    ``(T + 1, N, ...)``, one sequence per env through the bootstrap step."""
+    return np.concatenate([steps, np.asarray(after, steps.dtype)[None]], axis=0)
+
+
+class SequenceBatch(NamedTuple):
+    """A PPO minibatch of whole sequences: ``obs`` time-major ``(T, B, ...)``, the per-step
+    arrays flattened time-major (``T * B``, row ``t * B + b``), the episode starts and the
+    state every sequence started from."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    log_probs: np.ndarray
+    advantages: np.ndarray
+    returns: np.ndarray
+    values: np.ndarray
+    starts: np.ndarray
+    """``(T, B)`` bool (:func:`episode_starts`)."""
+    state: np.ndarray
+    """``(B, S)`` float32: the acting state at each sequence's first step."""
+
+
+def sequence_minibatches(
+    buffer: Any,
+    state: np.ndarray,
+    envs_per_batch: int,
+    rng: np.random.Generator,
+    *,
+    normalize_advantages: bool,
+) -> Iterator[SequenceBatch]:
+    """One shuffled pass over a full rollout buffer (after GAE) in minibatches of
+    ``envs_per_batch`` whole env sequences; advantages standardised per minibatch as
+    :meth:`harness.data.RolloutBuffer.minibatches` does."""
+    steps, n = buffer.num_steps, buffer.num_envs
+    starts = episode_starts(buffer.dones)
+    order = rng.permutation(n)
+    for first in range(0, n, envs_per_batch):
+        cols = np.sort(order[first : first + envs_per_batch])
+        rows = steps * len(cols)
+
+        def flat(a: np.ndarray, cols: np.ndarray = cols, rows: int = rows) -> np.ndarray:
+            return a[:, cols].reshape(rows, *a.shape[2:])
+
+        adv = flat(buffer.advantages)
+        if normalize_advantages:
+            adv = ((adv - adv.mean()) / (adv.std() + 1e-8)).astype(np.float32)
+        yield SequenceBatch(
+            obs=buffer.obs[:, cols],
+            actions=flat(buffer.actions),
+            log_probs=flat(buffer.log_probs),
+            advantages=adv,
+            returns=flat(buffer.returns),
+            values=flat(buffer.values),
+            starts=starts[:, cols],
+            state=state[cols],
+        )
+
+
+class AgentMemory:
+    """A recurrent agent's states: per training env (``sample``), per evaluation env
+    (``predict``), the state each rollout column started from, and the final observations of
+    truncated episodes whose bootstrap values wait for the learner's sequence pass."""
+
+    def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
+        self.kind = kind
+        self.width = state_dim(kind, hidden)
+        self.acting = np.zeros((num_envs, self.width), np.float32)
+        """The state each training env's next ``sample`` starts from."""
+        self.evaluating = np.zeros((0, self.width), np.float32)
+        """The state each evaluation env's next ``predict`` starts from."""
+        self.rollout_start = np.zeros((num_envs, self.width), np.float32)
+        """The ``rnn_state`` of the current rollout's first step, per env."""
+        self.truncations: list[tuple[int, np.ndarray, np.ndarray]] = []
+        """``(step, envs, final policy observations)`` of episodes a time limit cut in the
+        current rollout."""
+
+    def before_sample(self, rows: int) -> np.ndarray:
+        """The states the next ``sample`` of ``rows`` envs starts from (zeros for a batch of
+        another size, e.g. a conformance probe)."""
+        if len(self.acting) != rows:
+            self.acting = np.zeros((rows, self.width), np.float32)
+        return self.acting
+
+    def before_predict(self, rows: int) -> np.ndarray:
+        if len(self.evaluating) != rows:
+            self.evaluating = np.zeros((rows, self.width), np.float32)
+        return self.evaluating
+
+    def ended(self, mask: np.ndarray) -> None:
+        if len(mask) == len(self.acting):
+            self.acting[mask] = 0.0
+
+    def predict_ended(self, mask: np.ndarray) -> None:
+        self.before_predict(len(mask))
+        self.evaluating[mask] = 0.0
+
+    def final_columns(
+        self, obs: np.ndarray, starts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]] | None:
+        """Sequences that end in the truncated episodes' final observations, for one batched
+        value pass: env ``e`` cut at step ``t`` gives the column ``obs[:t + 1, e]`` then its
+        final observation (padded to the longest), with ``e``'s episode starts and initial
+        state. Returns ``(obs, starts, states, [(t, e) per column])``, or None without
+        truncations."""
+        if not self.truncations:
+            return None
+        cols = [
+            (t, int(e), final)
+            for t, envs, finals in self.truncations
+            for e, final in zip(envs, finals, strict=True)
+        ]
+        length = max(t for t, _, _ in cols) + 2
+        x = np.zeros((length, len(cols), *obs.shape[2:]), obs.dtype)
+        flags = np.zeros((length, len(cols)), bool)
+        for j, (t, e, final) in enumerate(cols):
+            x[: t + 1, j] = obs[: t + 1, e]
+            x[t + 1, j] = final
+            flags[: t + 1, j] = starts[: t + 1, e]
+        states = self.rollout_start[[e for _, e, _ in cols]]
+        return x, flags, states, [(t, e) for t, e, _ in cols]
