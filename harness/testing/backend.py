@@ -11,6 +11,7 @@ import numpy as np
 
 from harness.api import Distribution
 from harness.testing.common import _check, _close, _same, _snapshot
+from harness.testing.recurrent import _check_recurrent
 
 
 def check_backend(backend: Any) -> None:
@@ -22,7 +23,11 @@ def check_backend(backend: Any) -> None:
     distributions, optimisers (a regression loss goes down, ``update`` returns the pre-clip
     norm, ``set_lr``), ``copy_weights`` (hard and Polyak), weights and state round trips,
     ``save``/``load`` through a temporary directory, and seeding/RNG-state reproducibility.
-    The ``cnn`` trunk too: output shape, uint8 frames, input scaling, training steps.
+    The ``cnn`` trunk too: output shape, uint8 frames, input scaling, training steps. And the
+    ``recurrent`` sequence op, both kinds: the fused op against its own one-step numpy copy
+    with episode starts anywhere (first step, consecutive steps, last step, none) and with
+    ``final=False`` (the outputs alone), gradients equal to those of a step-by-step unroll,
+    training, ``frozen`` and weight round trips.
     Reseeds the backend's global RNG as a side effect.
     """
     name = getattr(backend, "name", None)
@@ -36,6 +41,7 @@ def check_backend(backend: Any) -> None:
         _check_ops,
         _check_losses,
         _check_models,
+        _check_recurrent,
         _check_distributions,
         _check_training,
         _check_frozen,

@@ -4,7 +4,9 @@ Written against the same interface as the torch backend, so every algorithm file
 unchanged. Where the two frameworks differ, the difference is absorbed here:
 
 * ``paddle.nn.Linear`` keeps its weight as ``(in, out)`` (torch: ``(out, in)``); state-dict
-  keys are the same (``"1.weight"``), shapes transposed.
+  keys are the same (``"1.weight"``), shapes transposed. A :meth:`PaddleBackend.recurrent`
+  layer's weights have torch's keys and shapes as they are (harness_paddle.recurrent).
+* paddle is imported through harness_paddle.framework (the MKL variable set before it).
 * Adam's state is keyed by paddle's global parameter names (``linear_12.w_0_moment1_0``), which
   depend on how many layers the process built before; :meth:`PaddleBackend.state` renames
   them by position so a checkpoint restores into freshly built networks of any process.
@@ -17,7 +19,6 @@ import contextlib
 import logging
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -27,43 +28,13 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from harness import backend_common, numpy_nets
-from harness.cpus import cpu_features, cpu_share
+from harness.cpus import cpu_share
 from harness.errors import ConfigError
 from harness_paddle.config import PaddleConfig
+from harness_paddle.framework import F, core, mkl_cpu_type, nn, paddle
+from harness_paddle.recurrent import Recurrent
 
-
-def mkl_cpu_type(vendor: str, flags: frozenset[str]) -> str | None:
-    """The ``MKL_DEBUG_CPU_TYPE`` paddle's bundled MKL needs on this CPU, or None.
-
-    Paddle's CPU wheels ship an older MKL (``paddle/libs/libmklml_intel.so``) whose dispatcher
-    gives CPUs that do not say ``GenuineIntel`` its generic kernels: paddle's float32 matrix
-    products ran at 17 GFLOP/s on one core of an AVX2 AMD EPYC, where torch (a newer MKL)
-    reaches 70. That MKL still honours ``MKL_DEBUG_CPU_TYPE=5`` (its AVX2 kernels): 75
-    GFLOP/s, and a SAC update 55 -> 30 ms (docs/benchmarks.md). Only for AMD and Hygon CPUs
-    that have AVX2 and FMA (on any other CPU those kernels could be slower, or illegal)."""
-    if vendor in ("AuthenticAMD", "HygonGenuine") and {"avx2", "fma"} <= flags:
-        return "5"
-    return None
-
-
-# before paddle's MKL runs its first product (it reads the variable then); a value the user
-# set (even an empty one) is kept. Actor processes inherit it.
-_MKL_CPU_TYPE = mkl_cpu_type(*cpu_features())
-if _MKL_CPU_TYPE is not None:
-    os.environ.setdefault("MKL_DEBUG_CPU_TYPE", _MKL_CPU_TYPE)
-os.environ.setdefault("GLOG_minloglevel", "2")  # paddle's C++ INFO lines on every first op
-_root = logging.getLogger()
-_root_setup = (list(_root.handlers), _root.level, _root.propagate)
-with warnings.catch_warnings():
-    # paddle.utils.cpp_extension warns at import that ccache is missing (it compiles nothing)
-    warnings.simplefilter("ignore", UserWarning)
-    import paddle
-    import paddle.nn.functional as F
-    from paddle import nn
-    from paddle.base import core
-# paddle.distributed's import configures the ROOT logger (an INFO handler of its own format,
-# propagate off): put the application's logging back as it was
-_root.handlers[:], _root.level, _root.propagate = _root_setup
+__all__ = ["PIN_MIN_BYTES", "PaddleBackend", "mkl_cpu_type"]
 
 log = logging.getLogger(__name__)
 
@@ -232,20 +203,15 @@ class PaddleBackend:
         shape, layers = backend_common.cnn_layers(in_shape, channels, kernels, strides)
         return _CNN(shape, out_dim, layers, scale)
 
-    def gru(self, in_dim: int, hidden_dim: int) -> nn.Layer:
-        return _GRU(in_dim, hidden_dim)
+    def recurrent(self, kind: str, in_dim: int, hidden_dim: int) -> nn.Layer:
+        return Recurrent(kind, in_dim, hidden_dim)
 
     def inference(self, model: Any) -> Callable[..., Any]:
-        """Numpy forward passes for the MLPs and GRU cells this backend builds (see
-        harness.numpy_nets; a GRU's copy takes ``(x, h)``); other layers fall back to a paddle
-        forward under no_grad."""
-        if isinstance(model, _GRU):
-            return numpy_nets.gru(
-                _np32(model.ih.weight),  # already (in, out)
-                _np32(model.ih.bias),
-                _np32(model.hh.weight),
-                _np32(model.hh.bias),
-            )
+        """Numpy forward passes for the MLPs and recurrent layers this backend builds (see
+        harness.numpy_nets; a :meth:`recurrent` layer's copy steps one time step, ``(x, state)
+        -> (output, state)``); other layers fall back to a paddle forward under no_grad."""
+        if isinstance(model, Recurrent):
+            return numpy_nets.recurrent_step(model.kind, *model.numpy_weights())
         if isinstance(model, _ParallelMLP) and type(model.act) in _ACTIVATION_NAMES:
             return numpy_nets.parallel(
                 [_np32(w) for w in model.weights],
@@ -570,26 +536,6 @@ def _linear(fan_in: int, fan_out: int, gain: float) -> nn.Linear:
         weight_attr=paddle.ParamAttr(initializer=_orthogonal(gain)),
         bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)),
     )
-
-
-class _GRU(nn.Layer):  # type: ignore[misc]
-    """See :meth:`harness.api.Backend.gru`: torch's ``GRUCell`` arithmetic (gates reset,
-    update, candidate) on two Linear projections, laid out like the torch backend's (the
-    same state-dict keys, Linear weights transposed). Orthogonal weights, zero biases."""
-
-    def __init__(self, in_dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.hidden_dim = hidden_dim
-        self.ih = _linear(in_dim, 3 * hidden_dim, 1.0)
-        self.hh = _linear(hidden_dim, 3 * hidden_dim, 1.0)
-
-    def forward(self, x: paddle.Tensor, h: paddle.Tensor) -> paddle.Tensor:
-        gi, gh = self.ih(x.flatten(1)), self.hh(h)
-        size = self.hidden_dim
-        r = F.sigmoid(gi[:, :size] + gh[:, :size])
-        z = F.sigmoid(gi[:, size : 2 * size] + gh[:, size : 2 * size])
-        n = paddle.tanh(gi[:, 2 * size :] + r * gh[:, 2 * size :])
-        return (1.0 - z) * n + z * h
 
 
 class _ParallelMLP(nn.Layer):  # type: ignore[misc]

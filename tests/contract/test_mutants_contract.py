@@ -1,11 +1,14 @@
-"""Four plugin-author mistakes the conformance checks of harness.testing catch, each as a
+"""Five plugin-author mistakes the conformance checks of harness.testing catch, each as a
 deliberately broken (mutant) component built from a real first-party one: a stale numpy acting
 copy after set_weights or restore, non-float episode metrics, box actions outside the bounds,
-and float64 observations from a float32 space. The un-mutated first-party components pass the
-same checks in test_conformance.py (every algorithm, CartPole and Pendulum)."""
+float64 observations from a float32 space, and a recurrent sequence op that mishandles episode
+starts, gates or gradients. The un-mutated first-party components pass the same checks in
+test_conformance.py (every algorithm and backend, CartPole and Pendulum)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,11 +18,14 @@ from test_conformance import (  # same directory: pytest puts it on sys.path
     BOX,
     DISCRETE,
     AgentProxy,
+    BackendProxy,
     first_party,
 )
 
+from harness import numpy_nets, sequences
+from harness.pytest_plugin import cpu_backend
 from harness.registry import AlgorithmSpec, EnvSpec
-from harness.testing import check_algorithm, check_env
+from harness.testing import check_algorithm, check_backend, check_env
 
 # ------------------------------------------------------------------------------------------
 # 1. A stale acting copy: the weights change, the numpy copy that acting uses does not
@@ -244,3 +250,138 @@ def test_check_env_names_a_float64_observation_of_a_float32_space() -> None:
 def test_wrapped_family_without_mistakes_passes(wrappers: Sequence[Callable[..., Any]]) -> None:
     """The family the env mutants are built from passes as it is."""
     check_env(gym_family(*wrappers), "Pendulum-v1")
+
+
+# ------------------------------------------------------------------------------------------
+# 5. A recurrent sequence op that is wrong where a quick test would not look
+
+
+def recurrent_with(change: Callable[..., Any]) -> Callable[..., Any]:
+    """Backend.recurrent whose layers call ``change(forward, x, state, starts)`` instead of
+    their own forward (``forward`` is the real one, given the call's other keywords)."""
+
+    def make(bk: Any, kind: str, in_dim: int, hidden_dim: int) -> Any:
+        layer = bk.recurrent(kind, in_dim, hidden_dim)
+        real = layer.forward
+
+        def forward(x: Any, state: Any, starts: Any = None, **kw: Any) -> Any:
+            return change(functools.partial(real, **kw), x, state, starts)
+
+        layer.forward = forward
+        return layer
+
+    return make
+
+
+def first_step_starts_only(starts: Any) -> Any:
+    flags = np.asarray(starts.detach().cpu().numpy() if hasattr(starts, "detach") else starts)
+    flags = flags.copy()
+    flags[1:] = False
+    return flags
+
+
+def swapped_gates(bk: Any, model: Any) -> Any:
+    """inference() whose recurrent copy has its first two gates swapped (an LSTM's input and
+    forget, a GRU's reset and update): right shapes, plausible numbers, another network."""
+    if getattr(model, "kind", None) not in sequences.RECURRENT_KINDS:
+        return bk.inference(model)
+    weights, size = bk.get_weights(model), model.hidden_dim
+
+    def swap(a: np.ndarray) -> np.ndarray:
+        return np.concatenate([a[size : 2 * size], a[:size], a[2 * size :]])
+
+    w_ih, b_ih, w_hh, b_hh = (
+        swap(weights[f"rnn.{name}_l0"]) for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
+    )
+    return numpy_nets.recurrent_step(model.kind, w_ih.T, b_ih, w_hh.T, b_hh)
+
+
+def gradient_without_starts(forward: Any, x: Any, state: Any, starts: Any) -> Any:
+    """The values of the sequences with their episode starts, the gradient of the same
+    sequences run without them (a straight-through mix-up): only a gradient check sees it."""
+    right, plain = forward(x, state, starts), forward(x, state)
+    return tuple(
+        p if p is None else p + (r - p).detach() for r, p in zip(right, plain, strict=True)
+    )
+
+
+BROKEN_RECURRENT: dict[str, tuple[dict[str, Callable[..., Any]], str]] = {
+    "episode starts ignored": (
+        {"recurrent": recurrent_with(lambda f, x, s, starts: f(x, s))},
+        r"outputs vs inference\(\) stepped, episode starts inside the sequences",
+    ),
+    "starts honoured at the first step only": (
+        {
+            "recurrent": recurrent_with(
+                lambda f, x, s, starts: f(
+                    x, s, None if starts is None else first_step_starts_only(starts)
+                )
+            )
+        },
+        r"outputs vs inference\(\) stepped, episode starts inside the sequences",
+    ),
+    "gate order of the numpy copy": (
+        {"inference": swapped_gates},
+        r"outputs vs inference\(\) stepped, starts=None",
+    ),
+    "outputs detached from the graph": (
+        {
+            "recurrent": recurrent_with(
+                lambda f, x, s, starts: tuple(
+                    t if t is None else t.detach() for t in f(x, s, starts)
+                )
+            )
+        },
+        r"backpropagating a loss on its outputs failed",
+    ),
+    "gradient of the sequences without their starts": (
+        {"recurrent": recurrent_with(gradient_without_starts)},
+        r"gradient norm of the fused op with episode starts vs a step-by-step unroll",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_RECURRENT)
+def test_check_backend_fails_on_a_broken_recurrent_op(case: str, torch_backend: Any) -> None:
+    overrides, message = BROKEN_RECURRENT[case]
+    with pytest.raises(AssertionError, match=message) as excinfo:
+        check_backend(BackendProxy(torch_backend, **overrides))
+    assert str(excinfo.value).startswith("backend 'torch'")
+
+
+def test_check_backend_fails_on_a_final_state_taken_past_a_segment_end(
+    torch_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments run padded to the longest; a layer that takes each segment's final state at
+    the padded end (not at its own last step) has the right outputs and a wrong state."""
+    real = sequences.plan_segments
+
+    def padded(starts: Any) -> Any:
+        plan = real(starts)
+        if plan is None:
+            return None
+        full = np.full_like(plan.lengths, plan.gather.shape[0])
+        return dataclasses.replace(plan, lengths=full)
+
+    monkeypatch.setattr(sequences, "plan_segments", padded)
+    with pytest.raises(AssertionError, match="final state vs inference"):
+        check_backend(torch_backend)
+
+
+def test_check_backend_fails_on_a_recurrent_layer_that_cannot_be_frozen() -> None:
+    """Paddle's fused kernel needs a gradient for every weight: run as it is with frozen
+    weights (an actor's loss through a recurrent critic), its backward stops. The paddle
+    layer works around it (harness_paddle.recurrent); without that, check_backend says so."""
+    pytest.importorskip("paddle", reason="paddle is not installed (pip install 'harness[paddle]')")
+    import harness_paddle.recurrent as paddle_recurrent
+
+    backend = cpu_backend(first_party()[1], "paddle")
+    check_backend(backend)  # as it is, it passes
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            paddle_recurrent.Recurrent,
+            "_run",
+            lambda self, x, initial, lengths=None: self.rnn(x, initial, lengths),
+        )
+        with pytest.raises(AssertionError, match=r"frozen\(recurrent\('lstm', 3, 5\)\): "):
+            check_backend(backend)

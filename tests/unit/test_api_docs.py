@@ -28,6 +28,7 @@ MODULES = [
     "harness.errors",
     "harness.remote",
     "harness.commands",
+    "harness.sequences",
 ]
 
 
