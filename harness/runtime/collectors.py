@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from harness.config import Config
 from harness.runtime.stepper import EnvStepper, Episode
 
@@ -45,6 +47,9 @@ class SerialCollector(Collector):
 
     def __init__(self, run: Run) -> None:
         self.stepper = EnvStepper(run.envs, run.config.run.seed + run.step)
+        if run.step > 0:  # resumed: fresh episodes, so the per-env acting state restored
+            # with the agent (a recurrent state, an ES perturbation) starts over with them
+            run.agent.episodes_ended(np.ones(self.stepper.n, bool))
 
     def collect(self, run: Run, finished: list[Episode]) -> None:
         agent, stepper = run.agent, self.stepper

@@ -463,6 +463,17 @@ class RolloutAgent(Agent):
         metrics["charts/learning_rate"] = lr
         return metrics
 
+    def data_state(self) -> dict[str, np.ndarray]:
+        """A recurrent network's acting states (a checkpoint restores the agent exactly; a
+        resumed run then starts fresh episodes, whose states the runner resets)."""
+        if self.memory is None:
+            return {}
+        return {"acting/rnn_state": self.memory.acting}
+
+    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        if self.memory is not None and "acting/rnn_state" in state:
+            self.memory.acting = np.array(state["acting/rnn_state"], np.float32)
+
     def extra_state(self) -> dict[str, Any]:
         state = super().extra_state()
         if self.return_norm is not None:

@@ -51,7 +51,7 @@ def test_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
 
 def _agent(algo: str, seed: int = 0):  # type: ignore[no-untyped-def]
     registry = collect_registry(make_plugin_manager())
-    spec = registry.algorithms.get(algo)
+    spec = registry.algorithms.get(algo.split("-")[0])
     backend = registry.backends.get("torch").load(
         registry.backends.get("torch").config_cls(threads=1)
     )
@@ -65,6 +65,8 @@ def _agent(algo: str, seed: int = 0):  # type: ignore[no-untyped-def]
         cfg.prioritized = True
     else:
         cfg.n_steps, cfg.batch_size, cfg.n_epochs = 8, 8, 2
+        if algo == "ppo-lstm":  # the acting states are restored too
+            cfg.recurrent, cfg.rnn_hidden = "lstm", 8
     return spec.make_agent(info, backend, cfg, seed=seed, total_steps=10_000)
 
 
@@ -86,7 +88,7 @@ def _feed(agent, rng: np.random.Generator, steps: int) -> None:  # type: ignore[
         agent.learn()
 
 
-@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+@pytest.mark.parametrize("algo", ["dqn", "ppo", "ppo-lstm"])
 def test_restored_agent_continues_identically(algo: str, tmp_path: Path) -> None:
     a = _agent(algo)
     _feed(a, np.random.default_rng(1), 24)
