@@ -228,8 +228,8 @@ class Backend(Protocol):
     def inference(self, model: Any) -> Callable[[np.ndarray], Any]:
         """A numpy-in, numpy-out copy of ``model`` with its current weights, for acting
         (rollouts, evaluation, actor processes that need no framework). Outputs are shaped like
-        the model's (a list for :meth:`parallel_mlp`; a :meth:`recurrent` layer's copy steps one time
-        step, see there). Take a new copy after the weights change.
+        the model's (a list for :meth:`parallel_mlp`; a :meth:`recurrent` layer's copy steps
+        one time step, see there). Take a new copy after the weights change.
         """
         ...
 

@@ -92,9 +92,10 @@ def framework_forward(
 
 
 def gru(w_ih: Array, b_ih: Array, w_hh: Array, b_hh: Array) -> Callable[[Array, Array], Array]:
-    """A GRU cell (one step of a ``Backend.recurrent("gru", ...)`` layer) from its input and hidden projections, ``(fan_in, 3H)``
-    weights with the gates in the order reset, update, candidate (torch's ``GRUCell``
-    arithmetic): called on ``(x (B, in), h (B, H))`` it returns the next hidden state."""
+    """A GRU cell (one step of a ``Backend.recurrent("gru", ...)`` layer) from its input and
+    hidden projections, ``(fan_in, 3H)`` weights with the gates in the order reset, update,
+    candidate (torch's ``GRUCell`` arithmetic): called on ``(x (B, in), h (B, H))`` it returns
+    the next hidden state."""
     wi, bi, wh, bh = (np.ascontiguousarray(a, np.float32) for a in (w_ih, b_ih, w_hh, b_hh))
     size = wh.shape[0]
 

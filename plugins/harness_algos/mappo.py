@@ -176,8 +176,9 @@ class MAPPO(PPO):
         super().refresh_policy()
         self._critic = self.backend.inference(self.critic)
 
-    def forward(self, obs: Any) -> tuple[Any, Any]:
-        """The action distribution and values of samples ``[actor input | critic input]``."""
+    def forward(self, obs: Any, sequences: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+        """The action distribution and values of samples ``[actor input | critic input]``
+        (feed-forward networks: ``sequences`` is always None)."""
         out = self.actor(obs[:, : self.actor_dim])
         value = self.critic(obs[:, self.actor_dim :])
         return self.distribution(out), value[:, 0]

@@ -72,8 +72,9 @@ class ActorCritic(Algorithm):
     optimisers (after ``super().__init__``), define the loss, and take the first numpy copy
     with :meth:`refresh_policy` at the end of their ``__init__``."""
 
-    _policy: Callable[[np.ndarray], Any]
-    """The numpy copy of :meth:`acting_model` (its outputs as the model's)."""
+    _policy: Callable[..., Any]
+    """The numpy copy of :meth:`acting_model` (its outputs as the model's; a recurrent one
+    takes and returns the state too)."""
     config: Any
     """The algorithm's config dataclass (set by the subclass)."""
     optimizer: Any
@@ -178,7 +179,8 @@ class ActorCritic(Algorithm):
         """The numpy copy's outputs (policy head, values) on ``obs``, and, for a recurrent
         network, the state after this step from ``state``."""
         if self.recurrent != "none":
-            return self._policy(obs, state)  # type: ignore[no-any-return]
+            outs, after = self._policy(obs, state)
+            return outs, after
         return self._policy(obs), None
 
     def refresh_policy(self) -> None:

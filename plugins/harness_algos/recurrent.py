@@ -68,7 +68,7 @@ def numpy_recurrent_policy(
 ) -> Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], np.ndarray]]:
     """The acting copy of :func:`recurrent_actor_critic`'s network: ``(obs (B, ...), state (B,
     S)) -> ([policy head, values (B, 1)], next state)``, one step, in numpy."""
-    step = backend.inference(net["core"])
+    step: Callable[..., Any] = backend.inference(net["core"])  # (x, state) -> (out, state)
     heads = backend.inference(net["heads"])
 
     def forward(obs: np.ndarray, state: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

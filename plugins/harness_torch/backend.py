@@ -25,6 +25,7 @@ from harness.errors import ConfigError
 from harness_torch import int8
 from harness_torch.config import TorchConfig
 from harness_torch.int8 import Int8CNN
+from harness_torch.recurrent import Recurrent
 
 log = logging.getLogger(__name__)
 
@@ -199,33 +200,24 @@ class TorchBackend:
             net.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return net
 
-    def gru(self, in_dim: int, hidden_dim: int) -> nn.Module:
-        return _GRU(in_dim, hidden_dim).to(self._device)
-
     def recurrent(self, kind: str, in_dim: int, hidden_dim: int) -> nn.Module:
         sequences.state_dim(kind, hidden_dim)  # (checks the kind)
-        return _Recurrent(kind, in_dim, hidden_dim).to(self._device)
+        return Recurrent(kind, in_dim, hidden_dim).to(self._device)
 
     def inference(self, model: Any) -> Callable[..., Any]:
         """Numpy forward passes for the networks this backend builds: for CartPole-sized
         batches a numpy matmul chain costs a fraction of torch's per-operation overhead
-        (measured: one 8-observation PPO action 257 -> 58 us). A :meth:`gru`'s copy takes
-        ``(x, h)``. Other modules fall back to the torch forward."""
-        if isinstance(model, _Recurrent):
-            rnn = model.rnn
+        (measured: one 8-observation PPO action 257 -> 58 us). A :meth:`recurrent` layer's
+        copy steps one time step, ``(x, state) -> (out, state)``. Other modules fall back to
+        the torch forward."""
+        if isinstance(model, Recurrent):
+            w = dict(model.rnn.named_parameters())
             return numpy_nets.recurrent_step(
                 model.kind,
-                _np32(rnn.weight_ih_l0).T,
-                _np32(rnn.bias_ih_l0),
-                _np32(rnn.weight_hh_l0).T,
-                _np32(rnn.bias_hh_l0),
-            )
-        if isinstance(model, _GRU):
-            return numpy_nets.gru(
-                _np32(model.ih.weight).T,
-                _np32(model.ih.bias),
-                _np32(model.hh.weight).T,
-                _np32(model.hh.bias),
+                _np32(w["weight_ih_l0"]).T,
+                _np32(w["bias_ih_l0"]),
+                _np32(w["weight_hh_l0"]).T,
+                _np32(w["bias_hh_l0"]),
             )
         if isinstance(model, _CNN) and self._int8 is not None:
             copy = self._int8.get(model)
@@ -681,97 +673,6 @@ class _CNN(nn.Module):
         if not x.is_floating_point():  # uint8 frames: converted here (on the device)
             x = x.float()
         return torch.relu(self.fc(self.convs(x * self.scale).flatten(1)))
-
-
-class _GRU(nn.Module):
-    """See :meth:`harness.api.Backend.gru`: torch's ``GRUCell`` arithmetic (gates reset,
-    update, candidate) on two Linear projections, so its weights take the same layout, init
-    and numpy copy as an MLP's in every backend. Orthogonal weights (gain 1), zero biases."""
-
-    def __init__(self, in_dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.hidden_dim = hidden_dim
-        self.ih = _init(nn.Linear(in_dim, 3 * hidden_dim), 1.0)
-        self.hh = _init(nn.Linear(hidden_dim, 3 * hidden_dim), 1.0)
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        gi, gh = self.ih(x.flatten(1)), self.hh(h)
-        size = self.hidden_dim
-        r = torch.sigmoid(gi[:, :size] + gh[:, :size])
-        z = torch.sigmoid(gi[:, size : 2 * size] + gh[:, size : 2 * size])
-        n = torch.tanh(gi[:, 2 * size :] + r * gh[:, 2 * size :])
-        return (1.0 - z) * n + z * h
-
-
-class _Recurrent(nn.Module):
-    """See :meth:`harness.api.Backend.recurrent`: torch's fused ``nn.LSTM`` / ``nn.GRU``
-    (one layer, time-major) with the state as one ``(B, S)`` tensor, and episode starts
-    inside the sequences run as packed segments (:func:`harness.sequences.plan_segments`)."""
-
-    def __init__(self, kind: str, in_dim: int, hidden_dim: int) -> None:
-        super().__init__()
-        self.kind = kind
-        self.hidden_dim = hidden_dim
-        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(in_dim, hidden_dim)
-        for name, param in self.rnn.named_parameters():
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param, 1.0)
-            else:
-                nn.init.zeros_(param)
-
-    def _split(self, state: torch.Tensor) -> Any:
-        if self.kind == "gru":
-            return state[None].contiguous()
-        h = self.hidden_dim
-        return (state[None, :, :h].contiguous(), state[None, :, h:].contiguous())
-
-    def _join(self, final: Any) -> torch.Tensor:
-        if self.kind == "gru":
-            return final[0]  # type: ignore[no-any-return]
-        return torch.cat([final[0][0], final[1][0]], dim=-1)
-
-    def forward(
-        self, x: torch.Tensor, state: torch.Tensor, starts: Any = None, final: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        steps, width = x.shape[0], x.shape[1]
-        x = x.reshape(steps, width, -1)
-        flags = None
-        if starts is not None:
-            flags = starts.detach().cpu().numpy() if isinstance(starts, torch.Tensor) else starts
-            flags = np.asarray(flags, bool)
-            if flags[0].any():  # episodes that start at the first step start from zeros
-                keep = torch.as_tensor(~flags[0], dtype=state.dtype, device=state.device)
-                state = state * keep[:, None]
-        plan = None if flags is None else sequences.plan_segments(flags)
-        if plan is None:
-            out, last = self.rnn(x, self._split(state))
-            return out, self._join(last) if final else None
-        # the segments side by side, padded at the end, in one call: packing them instead
-        # (pack_padded_sequence) keeps torch's CPU LSTM off oneDNN's fused kernels, forward +
-        # backward 7.3 vs 1.5 ms at T = 32, 16 segments, 64 units (docs/benchmarks.md)
-        device = x.device
-        rows = torch.cat([x.reshape(steps * width, -1), x.new_zeros(1, x.shape[-1])])
-        segments = rows[torch.as_tensor(plan.gather, device=device)]  # (L, N, in)
-        keep = torch.as_tensor(plan.keeps_state, dtype=state.dtype, device=device)
-        initial = state[torch.as_tensor(plan.env, device=device)] * keep[:, None]
-        out, ends = self.rnn(segments, self._split(initial))
-        out = out.reshape(-1, self.hidden_dim)[torch.as_tensor(plan.scatter, device=device)]
-        out = out.reshape(steps, width, self.hidden_dim)
-        if not final:
-            return out, None
-        # an env's last segment shorter than the longest ran on into padding: its final
-        # state comes from a packed pass over those segments alone
-        last = self._join(ends)[torch.as_tensor(plan.last, device=device)]
-        short = np.flatnonzero(plan.lengths[plan.last] < segments.shape[0])
-        if len(short):
-            picked = torch.as_tensor(plan.last[short], device=device)
-            packed = nn.utils.rnn.pack_padded_sequence(
-                segments[:, picked], torch.as_tensor(plan.lengths[plan.last[short]]),
-                enforce_sorted=False,
-            )
-            _, ends = self.rnn(packed, self._split(initial[picked]))
-            last = last.index_put((torch.as_tensor(short, device=device),), self._join(ends))
-        return out, last
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:

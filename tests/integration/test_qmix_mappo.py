@@ -2,7 +2,8 @@
 pettingzoo env plugin: learning checks on mpe2's simple_spread (discrete actions) against the
 uniform-random policy measured in the same test, a short MAPPO run over the actor farm, and
 unit checks of what a learning check would only catch indirectly (the mixer's monotonicity,
-the numpy GRU copy acting uses, TD(lambda) targets, QMIX's checkpoint, MAPPO's ValueNorm).
+the numpy acting copy of the fused GRU, the stored states, TD(lambda) targets, QMIX's
+checkpoint, MAPPO's ValueNorm).
 
 The learning checks reuse test_maddpg's random baseline and its thresholds' shape: a fresh
 greedy evaluation of the final checkpoint over 40 episodes must beat an absolute floor between
@@ -27,7 +28,7 @@ from test_maddpg import _config as maddpg_config
 from harness.api import Transition
 from harness.checkpoint import latest_checkpoint
 from harness.config import layer, resolve
-from harness.errors import IncompatibleError
+from harness.errors import CheckpointError, IncompatibleError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.pytest_plugin import cpu_backend
 from harness.runtime.run import evaluate, load_agent
@@ -74,8 +75,11 @@ def test_qmix_learns_simple_spread(seed: int, tmp_path: Path) -> None:
     check_learns("qmix", seed, tmp_path)
 
 
-# PyMARL's recurrent agent: about 100 s a run on 2 CPU cores (the GRU is unrolled step by
-# step), so every seed is slow; measured -55.3 / -56.5 / -59.9 (competitions/mpe_spread/qmix.toml)
+# PyMARL's recurrent agent: 85-100 s a run on 2 shared CPU cores, so every seed is slow. The
+# fused GRU (one nn.GRU call per sequence batch) replaced a step-by-step cell (85 s, -53.7 on
+# seed 1 then; -56.6 now), but on a CPU torch's GRU is itself a loop of small matmuls and the
+# updates' time fell only by 0-25% (tools/bench_rnn.py); measured -55.3 / -56.5 / -59.9 with
+# the cell (competitions/mpe_spread/qmix.toml)
 RECURRENT = ("algo.recurrent=true", "algo.train_every=2", "algo.batch_size=64")
 
 
@@ -129,7 +133,8 @@ def torch_backend() -> Any:
 def _qmix(backend: Any, num_envs: int = 2, seed: int = 0, **overrides: Any) -> Any:
     from harness_algos.qmix import QMIXConfig, make_agent
 
-    config = QMIXConfig(batch_size=4, buffer_size=16, learning_starts=4, seq_len=4, **overrides)
+    small = {"batch_size": 4, "buffer_size": 16, "learning_starts": 4, "seq_len": 4}
+    config = QMIXConfig(**{**small, **overrides})
     return make_agent(_info("discrete", num_envs), backend, config, seed=seed)
 
 
@@ -182,37 +187,136 @@ def test_qmix_value_offset_starts_q_tot_at_the_mean_reward_over_one_minus_gamma(
             assert agent.algorithm.reward_stats[0] == pytest.approx(-2.0)
 
 
-def _gru_check(backend: Any, to_tensor: Any, to_numpy: Any) -> None:
+@pytest.fixture(scope="module", params=["torch", "paddle"])
+def any_backend(request: pytest.FixtureRequest) -> Any:
+    pytest.importorskip(request.param)
+    return cpu_backend(collect_registry(make_plugin_manager()), request.param)
+
+
+def test_qmix_acting_copy_matches_the_fused_training_unroll(any_backend: Any) -> None:
+    """The agent network as QMIX acts with it (numpy, one time step at a time through the
+    recurrent layer's copy) and as it trains it (one fused GRU call over the sequence) give
+    the same Q-values, from a non-zero initial state and with non-zero biases (a bias in the
+    wrong gate would show)."""
+    bk = any_backend
+    algo = _qmix(bk, recurrent=True, last_action=True, hidden=16).algorithm
+    net = algo.online["agent"]
     rng = np.random.default_rng(0)
-    cell = backend.gru(7, 5)
-    # non-zero biases too, so a bias in the wrong gate would show
-    weights = {
-        k: rng.standard_normal(v.shape).astype(np.float32) * 0.5
-        for k, v in backend.get_weights(cell).items()
-    }
-    backend.set_weights(cell, weights)
-    copy = backend.inference(cell)
-    h_np = h = np.zeros((3, 5), np.float32)
-    for _ in range(4):
-        x = rng.standard_normal((3, 7)).astype(np.float32)
-        h = to_numpy(cell(to_tensor(x), to_tensor(h)))
-        h_np = copy(x, h_np)
-        np.testing.assert_allclose(h_np, h, rtol=1e-5, atol=1e-5)
-    assert np.abs(h).max() > 0.05
+    weights = bk.get_weights(net)
+    bk.set_weights(
+        net, {k: rng.normal(0, 0.3, v.shape).astype(np.float32) for k, v in weights.items()}
+    )
+    algo.refresh_policy()
+    steps, rows = 6, 5
+    inputs = rng.standard_normal((steps, rows, algo.in_dim)).astype(np.float32)
+    initial = rng.normal(0, 0.5, (rows, 16)).astype(np.float32)
+    with bk.no_grad():
+        x = bk.tensor(inputs.reshape(steps * rows, -1))
+        fused = bk.numpy(algo._unroll(net, x, steps, rows, bk.tensor(initial)))
+    hidden = initial
+    for t in range(steps):
+        q, hidden = algo.q_values(inputs[t], hidden)
+        np.testing.assert_allclose(q, fused[t], rtol=1e-4, atol=1e-4)
+    assert np.abs(fused).max() > 0.1
 
 
-def test_gru_numpy_inference_matches_torch(torch_backend: Any) -> None:
-    import torch
+def _act(agent: Any, steps: int, rng: np.random.Generator, every: int = 0) -> list[Any]:
+    """``steps`` vector steps of random observations and rewards through ``agent`` (episodes
+    end every ``every`` steps in env 0; never when 0); returns the sample() extras."""
+    info, n = agent.env_info, agent.env_info.num_envs
+    extras_seen = []
 
-    with torch.no_grad():
-        _gru_check(torch_backend, torch.as_tensor, lambda t: t.numpy())
+    def obs() -> dict[str, np.ndarray]:
+        return {a: rng.standard_normal((n, info.observations[a].shape[0])) for a in info.agents}
+
+    current = obs()
+    for step in range(steps):
+        actions, extras = agent.sample(current)
+        extras_seen.append(extras)
+        rewards = {a: rng.standard_normal(n) for a in info.agents}
+        nxt = obs()
+        done = np.zeros(n, bool)
+        done[0] = every > 0 and step % every == every - 1
+        agent.observe(Transition(current, actions, rewards, nxt, done, done & False, extras))
+        agent.episodes_ended(done)
+        agent.learn()
+        current = nxt
+    return extras_seen
 
 
-def test_gru_numpy_inference_matches_paddle() -> None:
-    paddle = pytest.importorskip("paddle")
-    backend = cpu_backend(collect_registry(make_plugin_manager()), "paddle")
-    with paddle.no_grad():
-        _gru_check(backend, paddle.to_tensor, lambda t: t.numpy())
+def test_recurrent_qmix_replays_a_continued_piece_from_the_state_it_acted_from(
+    torch_backend: Any,
+) -> None:
+    """An 8-step stretch of one episode is stored as two 4-step sequences; the second keeps
+    the GRU state the agent acted from at its first step (R2D2's stored state), and the
+    training unroll from it reproduces the Q-values acting computed, which a zero start
+    does not."""
+    agent = _qmix(torch_backend, recurrent=True, last_action=True, learning_starts=100)
+    extras = _act(agent, 8, np.random.default_rng(1))
+    replay, algo = agent.replay, agent.algorithm
+    assert replay.size == 4  # two envs x two pieces, in the order env 0, env 1, env 0, env 1
+    np.testing.assert_array_equal(replay.initial_state[:2], 0.0)  # episode starts
+    acted = np.stack([e["rnn_state"][0] for e in extras])  # env 0's state before each step
+    assert np.abs(acted[4]).max() > 0.05
+    np.testing.assert_array_equal(replay.initial_state[2], acted[4])
+    batch = agent.batch(np.array([2]))
+    steps, rows = 5, algo.layout.num_agents
+    inputs = torch_backend.tensor(batch["inputs"].reshape(steps * rows, -1))
+    stored = torch_backend.tensor(batch["initial_state"].reshape(rows, -1))
+    with torch_backend.no_grad():
+        replayed = torch_backend.numpy(
+            algo._unroll(algo.online["agent"], inputs, steps, rows, stored)
+        )
+        zero = torch_backend.numpy(
+            algo._unroll(algo.online["agent"], inputs, steps, rows, stored * 0)
+        )
+    for t in range(4):
+        q, _ = algo.q_values(batch["inputs"][t, 0], acted[4 + t])
+        np.testing.assert_allclose(replayed[t], q, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(zero[0], replayed[0], atol=1e-3)
+
+
+def test_qmix_resumes_a_data_state_saved_before_stored_states(torch_backend: Any) -> None:
+    """Replay data written before sequences kept their initial states loads, the missing
+    states as zeros (the zero start training used then); the rest is restored."""
+    agent = _qmix(torch_backend, recurrent=True, learning_starts=100)
+    _act(agent, 8, np.random.default_rng(2))
+    state = agent.data_state()
+    assert np.abs(state["replay/initial_state"]).max() > 0
+    old = {k: v for k, v in state.items() if not k.endswith("/initial_state")}
+    restored = _qmix(torch_backend, recurrent=True, learning_starts=100)
+    restored.load_data_state(old)
+    assert restored.replay.size == agent.replay.size
+    np.testing.assert_array_equal(restored.replay.obs, agent.replay.obs)
+    np.testing.assert_array_equal(restored.replay.initial_state, 0.0)
+    np.testing.assert_array_equal(restored.cur["initial_state"], 0.0)
+
+
+def test_qmix_refuses_a_checkpoint_of_another_memory_layer(
+    tmp_path: Path, torch_backend: Any
+) -> None:
+    """A feed-forward checkpoint into a recurrent config, the reverse, and a recurrent one
+    of the step-by-step GRU cell QMIX had before the fused op: refused, naming both sides."""
+    _qmix(torch_backend).save(tmp_path / "ff")
+    gru = _qmix(torch_backend, recurrent=True)
+    gru.save(tmp_path / "gru")
+    with pytest.raises(
+        CheckpointError, match=r"has a GRU .* but algo.recurrent = false builds a feed"
+    ):
+        _qmix(torch_backend).restore(tmp_path / "gru")
+    with pytest.raises(
+        CheckpointError, match=r"has a feed-forward .* algo.recurrent = true builds a GRU"
+    ):
+        _qmix(torch_backend, recurrent=True).restore(tmp_path / "ff")
+    state = gru.algorithm.state()
+    names = {"weight_ih_l0": "ih.weight", "bias_ih_l0": "ih.bias", "weight_hh_l0": "hh.weight"}
+    old = {}
+    for key, value in state["online"].items():
+        for new, before in names.items():
+            key = key.replace(f"memory.rnn.{new}", f"memory.{before}")
+        old[key] = value
+    with pytest.raises(CheckpointError, match="step-by-step GRU cell"):
+        _qmix(torch_backend, recurrent=True).algorithm.load_state({**state, "online": old})
 
 
 def test_lambda_returns_span_one_step_td_to_monte_carlo() -> None:
@@ -251,11 +355,11 @@ def test_qmix_checkpoint_round_trip_reproduces_predictions(
 
     current = obs()
     for step in range(24):
-        actions, _ = agent.sample(current)
+        actions, extras = agent.sample(current)
         rewards = {a: rng.standard_normal(2) for a in info.agents}
         nxt = obs()
         done = np.array([step % 6 == 5, False])
-        agent.observe(Transition(current, actions, rewards, nxt, done, done & False, {}))
+        agent.observe(Transition(current, actions, rewards, nxt, done, done & False, extras))
         agent.learn()
         current = nxt
     assert agent.updates > 0
