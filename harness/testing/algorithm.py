@@ -118,11 +118,11 @@ def check_algorithm(
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "checkpoint"
         agent.save(directory)
-        expected = _samples(agent, probe), agent.predict(odd_batch), _snapshot(agent.weights())
+        expected = _samples(agent, probe), _greedy(agent, odd_batch), _snapshot(agent.weights())
         restored = make(seed + 1)
         acted = _act(restored, env_info, many, rng)
         restored.restore(directory)
-        actual = _samples(restored, probe), restored.predict(odd_batch), restored.weights()
+        actual = _samples(restored, probe), _greedy(restored, odd_batch), restored.weights()
     _check(_same(expected[2], actual[2]), who, "restore(save()) gave different weights()")
     _check_acting_copy(
         restored, many, acted, learned, "restore(directory) of the learner's save()", who
@@ -177,8 +177,8 @@ def _check_broadcast(
     _close(
         who,
         "predict() after set_weights(weights())",
-        actor.predict(odd_batch),
-        learner.predict(odd_batch),
+        _greedy(actor, odd_batch),
+        _greedy(learner, odd_batch),
         rtol=1e-6,
         atol=1e-6,
     )
@@ -399,10 +399,11 @@ def _check_box_bounds(actions: np.ndarray, space: SpaceInfo, where: str, who: st
 
 
 def _check_predict(agent: Any, info: EnvInfo, obs: Any, who: str) -> None:
-    """predict() takes any batch size (evaluation uses its own env count) and is greedy."""
-    first = agent.predict(obs)
+    """predict() takes any batch size (evaluation uses its own env count) and is greedy (two
+    evaluations that start on the same observations act alike)."""
+    first = _greedy(agent, obs)
     n = batch_size(obs)
     _check_actions(first, info, n, f"predict() on {n} observations", who, in_bounds=True)
     _close(
-        who, "predict() twice on the same observations", agent.predict(obs), first, rtol=0, atol=0
+        who, "predict() twice on the same observations", _greedy(agent, obs), first, rtol=0, atol=0
     )

@@ -342,3 +342,28 @@ def test_recurrent_on_an_algorithm_without_it_names_those_with_it(tmp_path: Path
     assert "'recurrent' is not an option of algorithm 'dqn'" in proc.stderr
     assert "'impala'" in proc.stderr and "'ppo'" in proc.stderr
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("actions", ["discrete", "box"])
+def test_recurrent_variants_conform(algo: str, kind: str, actions: str, torch_backend: Any) -> None:
+    """harness.testing.check_algorithm (sample/observe/learn, save/restore, weights
+    broadcast, predict) on both action kinds: the acting states change shape with the batch
+    a probe sends and survive save/restore."""
+    from harness.testing import check_algorithm
+
+    registry = collect_registry(make_plugin_manager())
+    action = (
+        SpaceInfo("discrete", (), "int64", n=3)
+        if actions == "discrete"
+        else SpaceInfo("box", (2,), "float32", low=(-1.0, -1.0), high=(1.0, 1.0))
+    )
+    info = EnvInfo("t", SpaceInfo("box", (3,), "float32"), action, 2)
+    if algo == "ppo":
+        config: Any = PPOConfig(
+            recurrent=kind, rnn_hidden=8, hidden=[8], n_steps=8, batch_size=8, n_epochs=2
+        )
+    else:
+        config = IMPALAConfig(recurrent=kind, rnn_hidden=8, hidden=[8], rollout_len=8)
+    check_algorithm(registry.algorithms.get(algo), torch_backend, info, config=config)
