@@ -19,6 +19,7 @@ from harness_algos import (
     pg,
     ppo,
     qmix,
+    r2d2,
     random_policy,
     sac,
     td3,
@@ -41,6 +42,13 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
             config_cls=dqn.DQNConfig,
             action_spaces=("discrete",),
             description="DQN with double, dueling and prioritized-replay options",
+        ),
+        AlgorithmSpec(
+            "r2d2",
+            make_agent=r2d2.make_agent,
+            config_cls=r2d2.R2D2Config,
+            action_spaces=("discrete",),
+            description="R2D2 (recurrent DQN: stored states, burn-in, prioritized sequence replay)",
         ),
         AlgorithmSpec(
             "pg",
