@@ -66,6 +66,7 @@ EXTRAS: dict[str, str] = {
     "h5py": "offline",
     "pettingzoo": "multiagent",
     "mpe2": "multiagent",
+    "popgym": "popgym",
     "ale_py": "atari",
     "mujoco": "mujoco",
     "pynvml": "gpu-monitor",

@@ -59,8 +59,20 @@ def _gym() -> Any:
     return gym
 
 
+def _register_popgym() -> bool:
+    """Import popgym, which registers its ``popgym-...`` ids (only when one is asked for:
+    it imports its 45 envs); False without popgym."""
+    try:
+        import popgym  # noqa: F401  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        return False
+    return True
+
+
 def accepts(env_id: str) -> bool:
     gym = _gym()
+    if env_id.startswith("popgym-") and env_id not in gym.registry and not _register_popgym():
+        return True  # ours, so that make_env names the extra to install
     if env_id.startswith("ALE/") and env_id not in gym.registry:
         from harness_gymnasium.atari import register_ale
 
@@ -104,7 +116,9 @@ def make_env(
     if options.max_episode_steps is not None:
         make_kwargs["max_episode_steps"] = options.max_episode_steps
     atari = options.atari if options.atari is not None else env_id.startswith("ALE/")
-    accepts(env_id)  # (registers the ALE ids when asked for one)
+    accepts(env_id)  # (registers the ALE and popgym ids when asked for one)
+    if env_id.startswith("popgym-") and env_id not in gym.registry:
+        raise MissingExtraError("popgym", "popgym", f"the POPGym env {env_id!r}")
     if env_id.startswith("ALE/") and env_id not in gym.registry:
         from harness_gymnasium.atari import register_ale
 
@@ -124,24 +138,17 @@ def make_env(
                 sticky_actions=options.sticky_actions,
                 **make_kwargs,
             )
+        make_one = functools.partial(_one_hot_discrete, make_one)
         if options.obs_keep:
             make_one = functools.partial(_keep_entries, make_one, tuple(options.obs_keep), env_id)
+        gym.spec(env_id)  # an unknown id fails here, before any env process starts
         if vector == "sync":  # gymnasium's SyncVectorEnv, with a leaner step (see vector.py)
             from harness_gymnasium.vector import LeanSyncVectorEnv
 
-            gym.spec(env_id)  # an unknown id fails here, as in make_vec
             envs = LeanSyncVectorEnv([make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
-        elif atari or options.obs_keep:
+        else:  # (the same wrapped constructor as the sync path)
             envs = gym.vector.AsyncVectorEnv(
                 [make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
-            )
-        else:
-            envs = gym.make_vec(
-                env_id,
-                num_envs=num_envs,
-                vectorization_mode=vector,
-                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-                **make_kwargs,
             )
     except TypeError as exc:
         raise ConfigError(f"[env] kwargs {make_kwargs} do not fit {env_id}: {exc}.") from None
@@ -154,6 +161,18 @@ def make_env(
         envs.reset(seed=seed)
         envs.action_space.seed(seed)
     return envs
+
+
+def _one_hot_discrete(make_one: Any) -> Any:
+    """``make_one()``, with ``Discrete`` / ``MultiDiscrete`` observations (POPGym's memory
+    tasks, FrozenLake) one-hot encoded into a flat Box: harness's networks take flat float
+    observations, and an index given as a number would order unordered symbols."""
+    import gymnasium as gym
+
+    env = make_one()
+    if isinstance(env.observation_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
+        return gym.wrappers.FlattenObservation(env)
+    return env
 
 
 def _keep_entries(make_one: Any, keep: tuple[int, ...], env_id: str) -> Any:
