@@ -43,15 +43,16 @@ The recurrent layer is where the two differ, so the SB3 side runs in two shapes:
                     baseline's rather than instead of it.
 * ``harness-notrack``, ``harness-ff`` (not run by default): without trackers; feed-forward.
 
-Evaluation protocol, clock and table are tools/bench_learn.py's (read its docstring): after
-the first policy update at or past every 10k env steps, 20 greedy episodes over 8 envs with
-the recurrent state carried through each episode (harness ``evaluate``; SB3
-``evaluate_policy``, which passes the LSTM states and episode starts to ``predict``, on an
-eval VecNormalize synchronised with the training one, rewards unnormalized), stop at the first
-mean >= 475; a run that never gets there is a failure (infinite wall-clock to 475). The clock
-starts after the imports and plugin discovery. Each run is a fresh subprocess; the configs are
-interleaved seed by seed in rotated order. torch runs on one thread on both sides (the pack's
-``[backend] threads = 1``; ``torch.set_num_threads(1)`` for SB3).
+Evaluation protocol, clock and tables are tools/bench_learn.py's (read its docstring; the code
+both share is in tools/benchlib.py): after the first policy update at or past every 10k env
+steps, 20 greedy episodes over 8 envs with the recurrent state carried through each episode
+(harness ``evaluate``; SB3 ``evaluate_policy``, which passes the LSTM states and episode starts
+to ``predict``, on an eval VecNormalize synchronised with the training one, rewards
+unnormalized), stop at the first mean >= 475; a run that never gets there is a failure
+(infinite wall-clock to 475). The clock starts after the imports and plugin discovery. Each run
+is a fresh subprocess; the configs are interleaved seed by seed in rotated order. torch runs on
+one thread on both sides (the pack's ``[backend] threads = 1``; ``torch.set_num_threads(1)``
+for SB3).
 
 ``--acting``: the farm acting cost of a recurrent policy vs a feed-forward one of the same
 width (PPO with the settings above, ``algo.hidden = [64]``; recurrent: an LSTM or a GRU of 64
@@ -69,23 +70,18 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
-import json
 import math
 import os
-import platform
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench_learn import Linear, fmt, fmt_load, median
-from benchlib import cpus_and_model
+import benchlib
 
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "competitions" / "cartpole" / "pack.toml"
@@ -101,19 +97,7 @@ RESULT_TAG = "BENCH_RECURRENT_RESULT "
 # The Zoo's CartPoleNoVel-v1 RecurrentPPO entry (see the docstring) in harness's names, with
 # the SB3 defaults it relies on (also harness's):
 ZOO: dict[str, Any] = {
-    "num_envs": 8,
-    "n_steps": 32,
-    "batch_size": 256,
-    "n_epochs": 20,
-    "gamma": 0.98,
-    "gae_lambda": 0.8,
-    "learning_rate": 1e-3,
-    "anneal_lr": True,
-    "clip_range": 0.2,
-    "anneal_clip": True,
-    "ent_coef": 0.0,
-    "vf_coef": 0.5,
-    "max_grad_norm": 0.5,
+    **benchlib.ZOO_CARTPOLE_PPO,
     "normalize_advantage": True,
     "clip_vloss": False,
     "target_kl": None,
@@ -171,89 +155,31 @@ def harness_config(registry: Any, overrides: Sequence[str], recurrent: str = "ls
     return config
 
 
-def child_harness(
-    config_name: str, seed: int, budget: int, threshold: float, every: int, episodes: int
-) -> dict[str, Any]:
-    import harness.runtime.run as runmod
-    from harness import hookimpl
-    from harness.plugins import collect_registry, make_plugin_manager
-
-    pm = make_plugin_manager()
-    registry = collect_registry(pm)
-    out = Path(tempfile.mkdtemp(prefix="bench_recurrent_"))
-    run = [
-        "run.progress=false",
-        f'run.out="{out}"',
-        f"run.seed={seed}",
-        f"run.total_steps={budget}",
-        f"run.eval_every={every}",
-        f"run.eval_episodes={episodes}",
-        f"run.stop_at_return={float(threshold)}",
-    ]
+def child_harness(config_name: str, spec: benchlib.RunSpec) -> dict[str, Any]:
+    """The masked pack with ``HARNESS_OVERRIDES[config_name]``, checked against ZOO; the
+    runner's evaluation calls timed."""
     recurrent = "none" if config_name == "harness-ff" else "lstm"
-    config = harness_config(registry, [*run, *HARNESS_OVERRIDES[config_name]], recurrent)
-    timers = {"eval_s": 0.0}
-    evaluate = runmod.evaluate
 
-    def timed_evaluate(*args: Any, **kwargs: Any) -> Any:  # instrumentation only
-        t = time.perf_counter()
-        try:
-            return evaluate(*args, **kwargs)
-        finally:
-            timers["eval_s"] += time.perf_counter() - t
+    def make_config(registry: Any, run: list[str]) -> Any:
+        return harness_config(registry, [*run, *HARNESS_OVERRIDES[config_name]], recurrent)
 
-    runmod.evaluate = timed_evaluate
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.evals: list[tuple[int, float]] = []
-            self.threshold_s = math.inf
-
-        @hookimpl
-        def harness_iteration_end(self, run: Any, metrics: Any) -> None:
-            reached = metrics.get("eval/mean_return", -math.inf) >= threshold
-            if reached and math.isinf(self.threshold_s):
-                self.threshold_s = time.perf_counter() - t0
-
-        @hookimpl
-        def harness_run_end(self, run: Any, summary: Any) -> None:
-            self.evals = [(int(s), float(m)) for s, m in run.eval_history]
-
-    recorder = Recorder()
-    pm.register(recorder, name="bench_recurrent_recorder")
-    import torch  # imported before the clock, as on the SB3 side
-
-    import harness_torch.backend  # noqa: F401
-
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    result = runmod.train(config, registry, pm)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    shutil.rmtree(out, ignore_errors=True)
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "steps": result.steps,
-        "evals": recorder.evals,
-        "torch_threads": torch.get_num_threads(),
-        "threshold_s": recorder.threshold_s,
-        **timers,
-    }
+    return benchlib.harness_child(
+        make_config, spec, prefix="bench_recurrent_", timed={"evaluate": "eval_s"}
+    )
 
 
-def child_sb3(
-    config_name: str, seed: int, budget: int, threshold: float, every: int, episodes: int
-) -> dict[str, Any]:
+def child_sb3(config_name: str, spec: benchlib.RunSpec) -> dict[str, Any]:
+    """SB3-contrib RecurrentPPO with the Zoo entry in the LSTM shape ``SB3_SHAPES[config_name]``
+    on the masked CartPole, observations and rewards normalised as the Zoo's."""
     import gymnasium as gym
     import numpy as np
     import torch
     from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+    from stable_baselines3.common.vec_env import VecNormalize
 
     torch.set_num_threads(1)
-    h = ZOO
+    h, seed = ZOO, spec.seed
 
     class KeepEntries(gym.ObservationWrapper):
         """The observation entries ``KEEP`` with their bounds (as harness's env.obs_keep)."""
@@ -269,57 +195,14 @@ def child_sb3(
         def observation(self, observation: Any) -> Any:
             return observation[self.index]
 
-    class EvalAfterUpdate(BaseCallback):  # type: ignore[misc]
-        """bench_learn's protocol (see its EvalAfterUpdate)."""
-
-        def __init__(self, eval_env: Any) -> None:
-            super().__init__()
-            self.eval_env = eval_env
-            self.next_eval = every
-            self.evals: list[tuple[int, float]] = []
-            self.stop = False
-            self.eval_s = 0.0
-            self.threshold_s = math.inf
-
-        def _evaluate(self) -> float:
-            t = time.perf_counter()
-            sync_envs_normalization(self.training_env, self.eval_env)  # as SB3's EvalCallback
-            self.eval_env.seed(10_000 + seed + self.num_timesteps)
-            rewards, _ = evaluate_policy(
-                self.model,
-                self.eval_env,
-                n_eval_episodes=episodes,
-                deterministic=True,
-                return_episode_rewards=True,
-            )
-            mean = float(sum(rewards) / len(rewards))
-            self.evals.append((self.num_timesteps, mean))
-            self.eval_s += time.perf_counter() - t
-            return mean
-
-        def _on_rollout_start(self) -> None:
-            if self.num_timesteps >= self.next_eval:
-                mean = self._evaluate()
-                self.next_eval = self.num_timesteps + every
-                self.stop = mean >= threshold
-                if self.stop:
-                    self.threshold_s = time.perf_counter() - t0
-
-        def _on_step(self) -> bool:
-            return not self.stop
-
-        def _on_training_end(self) -> None:
-            if not self.stop and (not self.evals or self.evals[-1][0] != self.num_timesteps):
-                self._evaluate()
-
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    clock = time.perf_counter(), time.process_time()
     env = make_vec_env(ENV_ID, n_envs=h["num_envs"], seed=seed, wrapper_class=KeepEntries)
     # the Zoo's `normalize: True`: observations and rewards, its gamma; the eval env uses the
     # training statistics frozen and reports raw rewards (the Zoo's and EvalCallback's way)
     env = VecNormalize(env, gamma=h["gamma"], clip_obs=h["clip_obs"], clip_reward=h["clip_reward"])
     eval_env = VecNormalize(
         make_vec_env(
-            ENV_ID, n_envs=min(8, episodes), seed=10_000 + seed, wrapper_class=KeepEntries
+            ENV_ID, n_envs=min(8, spec.episodes), seed=10_000 + seed, wrapper_class=KeepEntries
         ),
         training=False,
         norm_reward=False,
@@ -328,142 +211,45 @@ def child_sb3(
     model = RecurrentPPO(
         "MlpLstmPolicy",
         env,
-        learning_rate=Linear(h["learning_rate"]),
-        n_steps=h["n_steps"],
-        batch_size=h["batch_size"],
-        n_epochs=h["n_epochs"],
-        gamma=h["gamma"],
-        gae_lambda=h["gae_lambda"],
-        clip_range=Linear(h["clip_range"]),
-        ent_coef=h["ent_coef"],
-        vf_coef=h["vf_coef"],
-        max_grad_norm=h["max_grad_norm"],
         normalize_advantage=h["normalize_advantage"],
         target_kl=h["target_kl"],
-        policy_kwargs={
-            "net_arch": {"pi": h["hidden"], "vf": h["hidden"]},
-            "activation_fn": torch.nn.ReLU,
-            "ortho_init": False,
-            **SB3_SHAPES[config_name],
-        },
-        seed=seed,
-        device="cpu",
-        verbose=0,
+        **benchlib.sb3_ppo_kwargs(
+            h, seed, torch.nn.ReLU, ortho_init=False, **SB3_SHAPES[config_name]
+        ),
     )
-    callback = EvalAfterUpdate(eval_env)
-    model.learn(total_timesteps=budget, callback=callback)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    env.close()
-    eval_env.close()
-    steps = callback.evals[-1][0] if callback.stop else model.num_timesteps
-    return {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "steps": steps,
-        "evals": callback.evals,
-        "torch_threads": torch.get_num_threads(),
-        "eval_s": callback.eval_s,
-        "threshold_s": callback.threshold_s,
-    }
+    return benchlib.sb3_learn(model, env, eval_env, spec, clock, sync_normalization=True)
 
 
 def child_main(args: argparse.Namespace) -> None:
-    kw = {
-        "seed": args.seed,
-        "budget": args.budget,
-        "threshold": args.threshold,
-        "every": args.eval_every,
-        "episodes": args.eval_episodes,
-    }
-    if args.child in HARNESS_OVERRIDES:
-        out = child_harness(args.child, **kw)
-    elif args.child in SB3_SHAPES:
-        out = child_sb3(args.child, **kw)
-    else:
-        raise SystemExit(f"unknown config {args.child!r}")
-    out.update(config=args.child, seed=args.seed)
-    print(RESULT_TAG + json.dumps(out), flush=True)
+    children = {name: partial(child_harness, name) for name in HARNESS_OVERRIDES}
+    children.update({name: partial(child_sb3, name) for name in SB3_SHAPES})
+    benchlib.run_as_child(args, RESULT_TAG, children)
 
 
 # ------------------------------------------------------------------------------------------
 # Parent: interleaved subprocesses, tables
 
 
-def run_child(config: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", config, "--seed", str(seed)]
-    cmd += ["--budget", str(args.budget), "--threshold", str(args.threshold)]
-    cmd += ["--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes)]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
-    process_s = time.perf_counter() - t
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
-    if proc.returncode != 0 or not lines:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"bench_recurrent: {config} seed {seed} failed (exit {proc.returncode})")
-    out: dict[str, Any] = json.loads(lines[-1][len(RESULT_TAG) :])
-    out["process_s"] = process_s
-    reached = [s for s, m in out["evals"] if m >= args.threshold]
-    out["reached_at"] = reached[0] if reached else None
-    out["final_eval"] = out["evals"][-1][1] if out["evals"] else math.nan
-    out["to_threshold_s"] = out["threshold_s"] if reached else math.inf
-    return out
-
-
-def ratio(a: float, b: float | None) -> str:
-    if b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
-        return "-"
-    return f"{a / b:.2f}x"
-
-
 def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict[str, Any]) -> str:
     t = args.threshold
-    lines = [
-        f"| config | seed | wall-clock to {t:.0f} s | whole run s | steps to threshold "
-        "| final eval | evals (step: mean) | eval s | s/100k steps | CPU s |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
-    ]
-    configs = [c for c in CONFIGS if any(r["config"] == c for r in results)]
-    for c in configs:
-        for r in sorted((r for r in results if r["config"] == c), key=lambda r: r["seed"]):
-            evals = ", ".join(f"{s // 1000}k: {m:.0f}" for s, m in r["evals"])
-            wall = fmt(r["wall_s"], ".2f") + ("" if r["reached_at"] else " (failed)")
-            lines.append(
-                f"| {c} | {r['seed']} | {fmt(r['to_threshold_s'], '.2f')} | {wall} "
-                f"| {r['reached_at'] or 'never'} | {r['final_eval']:.1f} | {evals} "
-                f"| {r['eval_s']:.2f} | {r['wall_s'] / r['steps'] * 1e5:.1f} | {r['cpu_s']:.1f} |"
-            )
+    configs = benchlib.present(CONFIGS, results)
+    lines = benchlib.run_table(results, configs, "config", f"{t:.0f}", threads=False)
     bases = [b for b in (BASELINE, "sb3-shared") if b in configs]
     columns = [f"reached {t:.0f}", f"median wall-clock to {t:.0f} s", "median wall-clock s"]
     columns += [f"median steps to {t:.0f}", "median s/100k steps"]
     for b in bases:
         columns += [f"ratio to {b} (to {t:.0f})", f"ratio to {b} (s/100k)"]
-    lines += ["", "| config | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
-    med: dict[str, dict[str, float]] = {}
-    for c in configs:
-        rs = [r for r in results if r["config"] == c]
-        reached = [r["reached_at"] for r in rs if r["reached_at"]]
-        med[c] = {
-            "to": median([r["to_threshold_s"] for r in rs]),
-            "all": median([r["wall_s"] for r in rs]),
-            "steps": median(reached) if reached else math.nan,
-            "per100k": median([r["wall_s"] / r["steps"] * 1e5 for r in rs]),
-            "n": len(rs),
-            "ok": len(reached),
-        }
-    for c in configs:
-        m = med[c]
-        steps = "never" if math.isnan(m["steps"]) else f"{m['steps']:.0f}"
-        cells = [f"{m['ok']:.0f}/{m['n']:.0f}", fmt(m["to"], ".2f"), f"{m['all']:.2f}", steps]
-        cells.append(f"{m['per100k']:.1f}")
-        for b in bases:
-            cells += [ratio(m["to"], med[b]["to"]), ratio(m["per100k"], med[b]["per100k"])]
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        *benchlib.summary_table(benchlib.medians(results, configs), "config", columns, bases),
+    ]
     head = [
         f"bench_recurrent {header['date']}: {header['machine']}; {header['versions']}; "
         f"CartPole-v1 observing entries {list(KEEP)}; seeds {args.seeds}; budget "
         f"{args.budget}; eval every {args.eval_every} steps, {args.eval_episodes} greedy "
-        f"episodes; threshold {t}; load average (1/5/15 min) {fmt_load(header['loadavg'])} "
-        f"at start, {fmt_load(header['loadavg_end'])} at end",
+        f"episodes; threshold {t}; load average (1/5/15 min) "
+        f"{benchlib.fmt_load(header['loadavg'])} at start, "
+        f"{benchlib.fmt_load(header['loadavg_end'])} at end",
         f"Architectures: {ARCHITECTURE}. Baseline of the issue's target (<= 0.5x): {BASELINE}.",
         "",
     ]
@@ -472,12 +258,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, header: dict
 
 def versions() -> str:
     import gymnasium
-    import torch
 
-    text = (
-        f"Python {platform.python_version()}, torch {torch.__version__} (default threads "
-        f"{torch.get_num_threads()}), gymnasium {gymnasium.__version__}"
-    )
+    text = f"{benchlib.python_torch()}, gymnasium {gymnasium.__version__}"
     try:
         import sb3_contrib
         import stable_baselines3
@@ -489,22 +271,8 @@ def versions() -> str:
     )
 
 
-def machine() -> dict[str, Any]:
-    import torch
-
-    return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpus_and_model()}, " + ("CUDA" if torch.cuda.is_available() else "no GPU"),
-        "versions": versions(),
-        "loadavg": os.getloadavg(),
-        "env": {
-            k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ
-        },
-    }
-
-
 def parent_main(args: argparse.Namespace) -> None:
-    configs = args.configs or list(DEFAULT_CONFIGS)
+    configs = args.configs or DEFAULT_CONFIGS
     if any(c in SB3_SHAPES for c in configs):
         try:
             import sb3_contrib  # noqa: F401
@@ -513,30 +281,13 @@ def parent_main(args: argparse.Namespace) -> None:
                 "bench_recurrent: sb3-contrib is not installed here; run `bash "
                 "tools/bench_env.sh` and use .venv-bench/bin/python (or --configs harness)."
             ) from None
-    header = machine()
-    if header["env"]:
-        print(f"note: thread variables set: {header['env']}", file=sys.stderr)
-    results: list[dict[str, Any]] = []
-    for i, seed in enumerate(args.seeds):
-        order = configs[i % len(configs) :] + configs[: i % len(configs)]
-        for c in order:
-            r = run_child(c, seed, args)
-            results.append(r)
-            print(
-                f"  {c:16s} seed {seed}: {r['wall_s']:7.2f} s, steps {r['steps']:6d}, "
-                f"{args.threshold:.0f} at {r['reached_at'] or 'never'}, final eval "
-                f"{r['final_eval']:.1f}",
-                file=sys.stderr,
-                flush=True,
-            )
+    header = benchlib.machine(versions())
+    benchlib.note_thread_env(header)
+    results = benchlib.run_interleaved(__file__, RESULT_TAG, configs, args)
     header["loadavg_end"] = os.getloadavg()
     print(report(results, args, header))
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {"header": header, "args": vars(args), "results": results}, indent=1, default=str
-            )
-        )
+        benchlib.write_json(args.json, header, args, results)
 
 
 # ------------------------------------------------------------------------------------------
@@ -630,7 +381,7 @@ def farm_rates(args: argparse.Namespace) -> dict[str, float]:
 
 
 def acting_main(args: argparse.Namespace) -> None:
-    header = machine()
+    header = benchlib.machine(versions())
     costs = acting_costs(args)
     base = costs.get("none")
     lines = [
@@ -638,15 +389,16 @@ def acting_main(args: argparse.Namespace) -> None:
         f"; PPO on CartPole-v1 observing {list(KEEP)}, heads 64 ReLU, recurrent {RNN_HIDDEN}"
         f" units; {args.acting_envs} envs per actor, chunks of 32 vector steps, "
         f"{args.acting_chunks} chunks x {args.rounds} interleaved rounds (best); load "
-        f"average {fmt_load(header['loadavg'])} at start, {fmt_load(os.getloadavg())} at end",
+        f"average {benchlib.fmt_load(header['loadavg'])} at start, "
+        f"{benchlib.fmt_load(os.getloadavg())} at end",
         "",
         "| policy | µs per env step (rollout) | µs per env step (sample) | ratio to none "
         "(rollout) | ratio to none (sample) |",
         "|---|---:|---:|---:|---:|",
     ]
     for kind, c in costs.items():
-        r_all = ratio(c["all_us"], base["all_us"]) if base else "-"
-        r_sample = ratio(c["sample_us"], base["sample_us"]) if base else "-"
+        r_all = benchlib.ratio(c["all_us"], base["all_us"]) if base else "-"
+        r_sample = benchlib.ratio(c["sample_us"], base["sample_us"]) if base else "-"
         lines.append(
             f"| {kind} | {c['all_us']:.1f} | {c['sample_us']:.1f} | {r_all} | {r_sample} |"
         )
@@ -661,22 +413,15 @@ def acting_main(args: argparse.Namespace) -> None:
             "|---|---:|---:|",
         ]
         for kind, sps in rates.items():
-            cost = ratio(rates["none"], sps) if "none" in rates else "-"
+            cost = benchlib.ratio(rates["none"], sps) if "none" in rates else "-"
             lines.append(f"| {kind} | {sps:.0f} | {cost} |")
     print("\n".join(lines))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="1 seed (smoke run)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--configs", nargs="+", choices=CONFIGS, help=f"default {DEFAULT_CONFIGS}")
-    p.add_argument("--budget", type=int, default=200_000, help="env steps per run")
-    p.add_argument("--threshold", type=float, default=475.0)
-    p.add_argument("--eval-every", type=int, default=10_000)
-    p.add_argument("--eval-episodes", type=int, default=20)
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
-    p.add_argument("--json", help="also write all results to this JSON file")
+    description = __doc__.split("\n\n")[0]
+    configs_help = f"default {DEFAULT_CONFIGS}"
+    p = benchlib.learning_parser(description, CONFIGS, configs_help, budget=200_000, timeout=1800)
     p.add_argument("--acting", action="store_true", help="measure the acting cost instead")
     p.add_argument("--kinds", nargs="+", default=["none", "lstm", "gru"])
     p.add_argument("--acting-envs", type=int, default=4, help="envs per actor (--acting)")
@@ -685,8 +430,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--farm-rounds", type=int, default=3, help="farm runs per kind (--farm)")
     p.add_argument("--farm", action="store_true", help="--acting: also a 2-actor farm run")
     p.add_argument("--farm-steps", type=int, default=30_000, help="env steps per farm run")
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child_main(args)
