@@ -69,6 +69,7 @@ EXTRAS: dict[str, str] = {
     "popgym": "popgym",
     "ale_py": "atari",
     "mujoco": "mujoco",
+    "myosuite": "myo",
     "pynvml": "gpu-monitor",
 }
 """Which extra installs a module; keep in step with setup.cfg's ``[options.extras_require]``

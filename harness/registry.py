@@ -61,7 +61,8 @@ class EnvSpec:
     ``config_cls`` or None).
 
     ``accepts(env_id)`` tells the runner whether this family can build ``env_id``; the first
-    accepting family (in plugin order) wins, so a specific family can sit beside a generic one.
+    accepting family (in plugin order, :attr:`fallback` families last) wins, so a specific
+    family can sit beside a generic one.
     """
 
     name: str
@@ -81,6 +82,11 @@ class EnvSpec:
     """``known_ids() -> ids`` for the "did you mean" hint when no family accepts an id."""
     description: str = ""
     """One line on what it is, for people reading the registry (informational)."""
+    fallback: bool = False
+    """A generic family (gymnasium's: any id in gymnasium's registry), asked only after every
+    other family declined. A specific family whose ids also land in gymnasium's registry once
+    its package is imported (MyoSuite's) then keeps them, whatever the process imported
+    before."""
     plugin: str = ""
     """The entry-point name of the plugin that registered it; harness fills it in (leave it
     empty), and error messages name it."""
@@ -322,8 +328,10 @@ class Registry:
     """From ``harness_register_commands``."""
 
     def env_for(self, env_id: str) -> EnvSpec:
-        """The first env family that accepts ``env_id``; a clear error when none does."""
-        for _, spec in self.envs.items():
+        """The first env family that accepts ``env_id`` (fallback families last); a clear
+        error when none does."""
+        specs = [spec for _, spec in self.envs.items()]
+        for spec in sorted(specs, key=lambda s: s.fallback):  # (stable: else plugin order)
             if spec.accepts(env_id):
                 return spec
         families = ", ".join(self.envs) or "none installed"

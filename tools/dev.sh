@@ -17,7 +17,11 @@ fi
 stamp=.venv/.harness-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[torch,zmq,dev]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[torch,zmq,dev,myo]'
+  # MyoSuite without its declared dependencies: it declares gymnasium<1.3, but its envs build,
+  # step and pass gymnasium's check_env on the gymnasium 1.4 harness uses, and one gymnasium
+  # serves every env plugin; the [myo] extra above brings what it really imports.
+  .venv/bin/python -m pip install -q --no-deps -c constraints.txt myosuite
   touch "$stamp"
 fi
 

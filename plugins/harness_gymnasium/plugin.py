@@ -63,7 +63,7 @@ def _register_popgym() -> bool:
     """Import popgym, which registers its ``popgym-...`` ids (only when one is asked for:
     it imports its 45 envs); False without popgym."""
     try:
-        import popgym  # noqa: F401  # type: ignore[import-untyped, unused-ignore]
+        import popgym  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -208,6 +208,7 @@ def harness_register_envs() -> list[EnvSpec]:
             accepts=accepts,
             config_cls=GymConfig,
             known_ids=known_ids,
+            fallback=True,  # MyoSuite's ids are in gymnasium's registry too, once imported
             description="any id in gymnasium's registry (classic control, box2d, mujoco, ale) "
             "and harness/Delay-v0 (fixed step latency, for farm benchmarks)",
         )

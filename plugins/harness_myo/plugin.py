@@ -1,0 +1,244 @@
+"""Registers the ``myo`` env family: MyoSuite's envs (``myoChallengeDieReorientP1-v0``,
+``myoChallengeOslRunFixed-v0``, ... every id MyoSuite registers with gymnasium).
+
+MyoSuite 3 envs are gymnasium-native, so a slot of the vector env is ``gymnasium.make(id)``
+inside :class:`~harness_myo.episode.MyoEpisodeWrapper`, which turns MyoSuite's per-step info into
+the episode metrics harness logs (``solved_fraction``, ``success``, ...; see that module) and
+drops the rest of it. The vector env is harness_gymnasium's ``LeanSyncVectorEnv`` (or
+gymnasium's ``AsyncVectorEnv``) with SAME_STEP autoreset, like every env plugin's.
+
+Headless: nothing here opens a window or touches OpenGL unless ``[env] render_mode =
+"rgb_array"`` asks for frames, and only then is ``MUJOCO_GL`` set (to ``egl``: MuJoCo's
+offscreen rendering on this machine works through EGL; ``osmesa`` failed).
+
+MyoSuite is installed without its declared dependencies (it declares ``gymnasium<1.3``; its envs
+build, step and pass gymnasium's ``check_env`` on the gymnasium 1.4 harness uses): ``pip install
+'harness[myo]'`` brings what it really imports, and ``pip install --no-deps myosuite==3.0.0``
+brings MyoSuite itself (tools/dev.sh does both).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import hookimpl
+from harness.errors import ConfigError, MissingExtraError, did_you_mean
+from harness.registry import EnvSpec
+
+DEPENDS_ON = ("harness_gymnasium",)
+"""First-party plugins this module imports (docs/plugins.md, "What a plugin may import"): the
+lean vector env of harness_gymnasium (``LeanSyncVectorEnv``) steps MyoSuite's envs."""
+
+ID_PATTERN = re.compile(r"myo[A-Z]\w*-v\d+")
+"""What a MyoSuite id looks like (every one of the 222 ids MyoSuite 3.0.0 registers matches);
+``accepts`` goes by this so that it imports nothing (importing MyoSuite takes ~0.3 s)."""
+
+NEEDS_DOWNLOAD = {
+    "myoChallengeChaseTagFBVs-v0": "fetches a reference gait clip from the Hugging Face hub at "
+    "its first step (a gated data set: it needs huggingface_hub, a network and an accepted "
+    "licence)",
+    "myoFullBodyDirectional-v0": "fetches reference walking clips from the Hugging Face hub when "
+    "it is made (a gated data set: it needs huggingface_hub, a network and an accepted licence)",
+}
+"""Ids refused at start-up, and why. Measured: every id MyoSuite 3.0.0 registers was made,
+reset and stepped 3 times offline (HF_HUB_OFFLINE=1, without huggingface_hub); these two were
+the only ones that reached for the hub (ChaseTagFBVs at its first step, after a clean make)."""
+
+_VARIANT = re.compile(r"^myo(Sarc|Fati|Reaf)")
+"""MyoSuite's sarcopenia / fatigue / re-afferent variants of a task share its download needs."""
+
+INSTALL_MYOSUITE = (
+    "MyoSuite itself goes in after the extra, without its declared dependencies: pip install "
+    "--no-deps myosuite==3.0.0 (it declares gymnasium<1.3, and runs on the gymnasium harness "
+    "uses)."
+)
+"""The second install step, which no extra can express (a missing-MyoSuite message ends with
+it)."""
+
+RENDER_MODES = ("rgb_array",)
+"""``[env] render_mode`` values: frames only; 'human' would open a window."""
+
+
+@dataclass
+class MyoConfig:
+    """Options of the MyoSuite env family ([env] section)."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to gymnasium.make for the env (its constructor's options, e.g.
+    {frame_skip = 5}; see the env's class in myosuite.envs)."""
+    max_episode_steps: int | None = None
+    """Override the registered time limit (Die Reorient: 150 steps; OslRun: 1000)."""
+    success_steps: int = 5
+    """An episode is a success (episode metric ``success``) when the env reports it solved on
+    more than this many steps: MyoSuite's own rule (myosuite.utils.path_utils.evaluate_success)."""
+    metric_keys: list[str] = field(default_factory=list)
+    """Entries of MyoSuite's per-step info (e.g. pos_dist, rot_dist, act_reg for Die Reorient)
+    reported as episode metrics: their mean over the episode, logged as charts/NAME."""
+    render_mode: str | None = None
+    """'rgb_array' to make frames (env.render()) offscreen through EGL, setting MUJOCO_GL=egl
+    unless it is set; unset: no rendering and nothing touches OpenGL."""
+
+    def __post_init__(self) -> None:
+        steps = self.max_episode_steps
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"max_episode_steps = {steps!r}: expected a positive integer")
+        if not isinstance(self.success_steps, int) or self.success_steps < 0:
+            raise ValueError(f"success_steps = {self.success_steps!r}: expected an integer >= 0")
+        if self.render_mode is not None and self.render_mode not in RENDER_MODES:
+            raise ValueError(
+                f"render_mode = {self.render_mode!r}: expected one of {', '.join(RENDER_MODES)} "
+                f"or unset (harness runs headless: 'human' would open a window)"
+            )
+
+
+def accepts(env_id: str) -> bool:
+    """A MyoSuite id (by its form; see :data:`ID_PATTERN`): also without MyoSuite installed, so
+    that :func:`make_env` names the extra to install."""
+    return ID_PATTERN.fullmatch(env_id) is not None
+
+
+def _download_reason(env_id: str) -> str | None:
+    return NEEDS_DOWNLOAD.get(_VARIANT.sub("myo", env_id))
+
+
+def _registry(needed_for: str) -> Any:
+    """gymnasium's registry with MyoSuite's ids in it (importing myosuite registers them); a
+    missing MyoSuite, or a missing module it imports, names the extra."""
+    try:
+        import myosuite  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
+    except ModuleNotFoundError as exc:
+        # any module missing while MyoSuite imports is part of an incomplete [myo] install
+        missing = MissingExtraError("myo", exc.name or "myosuite", needed_for)
+        missing.args = (f"{missing} {INSTALL_MYOSUITE}",)
+        raise missing from exc
+    import gymnasium as gym
+
+    return gym.registry
+
+
+def known_ids() -> list[str]:
+    """MyoSuite's ids (none without MyoSuite), less those refused (:data:`NEEDS_DOWNLOAD`)."""
+    try:
+        registry = _registry("")
+    except MissingExtraError:
+        return []
+    return [i for i in registry if accepts(i) and _download_reason(i) is None]
+
+
+def _check_kwargs(env_id: str, kwargs: dict[str, Any], registry: Any) -> None:
+    """``[env] kwargs`` must name constructor options of the env: MyoSuite's constructors take
+    ``**kwargs`` and ignore what they do not know, so a misspelt option would silently do
+    nothing. The known ones are the named parameters of ``__init__`` along the env class's MRO
+    and the keys of its registration."""
+    if not kwargs:
+        return
+    import inspect
+
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = registry[env_id]
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = load_env_creator(creator)
+    known = set(spec.kwargs)
+    for cls in getattr(creator, "__mro__", (creator,)):
+        init = cls.__dict__.get("__init__") if isinstance(cls, type) else cls
+        if init is None:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self":
+                known.add(p.name)
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise ConfigError(
+            f"[env] kwargs {kwargs} name {', '.join(map(repr, unknown))}, which {env_id} does "
+            f"not take (its env would ignore it).{did_you_mean(unknown[0], known)}"
+        )
+
+
+def make_one(env_id: str, options: MyoConfig) -> Any:
+    """One MyoSuite env in the episode-metrics wrapper (what each slot of the vector env
+    holds; it imports MyoSuite itself, for the worker processes of an async vector env)."""
+    import gymnasium as gym
+
+    from harness_myo.episode import MyoEpisodeWrapper
+
+    _registry(f"the MyoSuite env {env_id!r}")
+
+    make_kwargs = dict(options.kwargs)
+    if options.max_episode_steps is not None:
+        make_kwargs["max_episode_steps"] = options.max_episode_steps
+    if options.render_mode is not None:
+        make_kwargs["render_mode"] = options.render_mode
+    # gymnasium's passive checker only warns, once, that MyoSuite's infos share an object from
+    # step to step, which the wrapper's fresh infos make moot; it is one more layer every step
+    env = gym.make(env_id, disable_env_checker=True, **make_kwargs)
+    return MyoEpisodeWrapper(
+        env, success_steps=options.success_steps, metric_keys=tuple(options.metric_keys)
+    )
+
+
+def make_env(
+    env_id: str,
+    *,
+    num_envs: int = 1,
+    seed: int | None = None,
+    vector: str = "sync",
+    options: MyoConfig | None = None,
+) -> Any:
+    """A vector env of ``num_envs`` MyoSuite envs with SAME_STEP autoreset, reset with ``seed``
+    when given. Refuses ids that need a download (:data:`NEEDS_DOWNLOAD`) before building
+    anything."""
+    options = options or MyoConfig()
+    if vector not in ("sync", "async"):
+        raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
+    reason = _download_reason(env_id)
+    if reason is not None:
+        raise ConfigError(
+            f"[run] env = {env_id!r} cannot run here: it {reason}. harness refuses MyoSuite envs "
+            f"that download data; choose another id (e.g. myoChallengeChaseTagP1-v0)."
+        )
+    if options.render_mode is not None:
+        # before MuJoCo makes a GL context (at the first render); a user's choice stands
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    registry = _registry(f"the MyoSuite env {env_id!r}")
+    if env_id not in registry:
+        raise ConfigError(
+            f"[run] env = {env_id!r} is not a MyoSuite env id.{did_you_mean(env_id, known_ids())}"
+        )
+    _check_kwargs(env_id, options.kwargs, registry)
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    from harness_gymnasium.vector import LeanSyncVectorEnv
+
+    fns = [functools.partial(make_one, env_id, options)] * num_envs
+    try:
+        if vector == "sync":
+            envs: Any = LeanSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    except TypeError as exc:  # a constructor option the env does not have
+        raise ConfigError(f"[env] kwargs {options.kwargs} do not fit {env_id}: {exc}.") from None
+    if seed is not None:
+        envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+    return envs
+
+
+@hookimpl
+def harness_register_envs() -> list[EnvSpec]:
+    return [
+        EnvSpec(
+            "myo",
+            make_env=make_env,
+            accepts=accepts,
+            config_cls=MyoConfig,
+            known_ids=known_ids,
+            description="MyoSuite's musculoskeletal envs on MuJoCo, the NeurIPS MyoChallenge "
+            "tasks among them (harness[myo])",
+        )
+    ]
