@@ -32,7 +32,7 @@ from harness.api import Backend, EnvInfo
 from harness.errors import ConfigError
 from harness_algos.moments import check_normalization
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
-from harness_algos.recurrent import check_recurrent, episode_starts, with_next
+from harness_algos.recurrent import check_recurrent, starts_through_next, with_next
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {
@@ -232,13 +232,6 @@ class IMPALA(ActorCritic):
         out, value = self.net_outputs(self.net, obs, sequences)
         return out, value[:, 0]
 
-    def act(
-        self, obs: np.ndarray, rng: np.random.Generator | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probabilities under the current weights, sampled with ``rng``
-        (greedy actions and an empty array without one), in numpy."""
-        return self.sample_with_log_probs(self._policy(obs)[0], rng)
-
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1])[:, 0]
 
@@ -320,23 +313,13 @@ class IMPALAAgent(RolloutAgent):
             obs_dtype=np.dtype(info.observation.dtype),
         )
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        outs, extras = self.acting_outputs(obs)
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
-        extras.update(log_prob=log_probs, action=actions)
-        return self.to_env(actions), extras
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
-
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer
         sequences: dict[str, np.ndarray] = {}
         if self.memory is not None:
             self.add_truncation_values()
-            after = np.zeros((1, buf.num_envs), buf.dones.dtype)
             sequences = {
-                "starts": episode_starts(np.concatenate([buf.dones, after])),
+                "starts": starts_through_next(buf.dones),
                 "state": self.memory.rollout_start,
             }
         batch = {

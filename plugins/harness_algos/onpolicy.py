@@ -42,6 +42,7 @@ from harness_algos.recurrent import (
     episode_starts,
     numpy_recurrent_policy,
     recurrent_actor_critic,
+    starts_through_next,
     with_next,
 )
 
@@ -381,6 +382,19 @@ class RolloutAgent(Agent):
         self.memory.evaluating = np.asarray(after, np.float32)
         return outs
 
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions drawn on the numpy copy (no framework operation) with their
+        log-probabilities (the PPO ratio's and V-trace's behaviour policy) and, for a recurrent
+        policy, the state the step started from. Values are left out: ``learn_rollout`` scores
+        the whole rollout in one batched pass (A2C and PG act their own way)."""
+        outs, extras = self.acting_outputs(obs)
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        extras.update(log_prob=log_probs, action=actions)
+        return self.to_env(actions), extras
+
+    def predict(self, obs: np.ndarray) -> np.ndarray:
+        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:
             self.memory.ended(mask)
@@ -501,9 +515,8 @@ class RolloutAgent(Agent):
             buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
             return self.algorithm.values(next_obs)
         self.add_truncation_values()
-        starts = episode_starts(np.concatenate([buf.dones, np.zeros((1, buf.num_envs))]))
         values = self.algorithm.sequence_values(
-            with_next(buf.obs, next_obs), starts, self.memory.rollout_start
+            with_next(buf.obs, next_obs), starts_through_next(buf.dones), self.memory.rollout_start
         )
         buf.values[:] = values[:-1]
         return np.asarray(values[-1])

@@ -123,15 +123,6 @@ class PPO(ActorCritic):
         out, value = self.net_outputs(self.net, obs, sequences)
         return self.distribution(out), value[:, 0]
 
-    def act(
-        self, obs: np.ndarray, rng: np.random.Generator | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probabilities, sampled with ``rng`` (greedy actions and an
-        empty array without one). Runs on the numpy copy of the actor: acting issues no
-        framework operation. Values are not computed here: :meth:`PPOAgent.learn_rollout`
-        scores the whole rollout in one batched pass."""
-        return self.sample_with_log_probs(self._policy(obs)[0], rng)
-
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1][:, 0])
 
@@ -213,15 +204,6 @@ class PPOAgent(RolloutAgent):
         super().__init__(
             algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        outs, extras = self.acting_outputs(obs)
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
-        extras.update(log_prob=log_probs, action=actions)
-        return self.to_env(actions), extras
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
 
     def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:
         """One shuffled pass over the rollout: samples, or for a recurrent network whole env

@@ -87,6 +87,12 @@ def episode_starts(dones: np.ndarray) -> np.ndarray:
     return starts
 
 
+def starts_through_next(dones: np.ndarray) -> np.ndarray:
+    """:func:`episode_starts` ``(T + 1, N)`` of a rollout and the step after it (the bootstrap
+    observations: an episode starts there where one ended at the last step)."""
+    return episode_starts(np.concatenate([dones, np.zeros((1, dones.shape[1]), dones.dtype)]))
+
+
 def with_next(steps: np.ndarray, after: np.ndarray) -> np.ndarray:
     """``(T, N, ...)`` rollout observations with the observations after the last step appended:
     ``(T + 1, N, ...)``, one sequence per env through the bootstrap step."""
