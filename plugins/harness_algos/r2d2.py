@@ -53,6 +53,7 @@ from harness.errors import ConfigError, IncompatibleError
 from harness.sequences import RECURRENT_KINDS, state_dim
 from harness_algos.dqn import check_q
 from harness_algos.offpolicy import check_replay
+from harness_algos.recurrent import RecurrentStates
 from harness_algos.sequence_replay import (
     SequenceAssembler,
     SequenceReplay,
@@ -362,10 +363,8 @@ class R2D2Agent(Agent):
             overlap=config.overlap,
             burn_in=config.burn_in,
         )
-        self.acting = np.zeros((info.num_envs, self.width), np.float32)
-        """The state each training env's next ``sample`` starts from."""
-        self.evaluating = np.zeros((0, self.width), np.float32)
-        """The state each evaluation env's next ``predict`` starts from."""
+        self.states = RecurrentStates(config.recurrent, config.rnn_hidden, info.num_envs)
+        """The acting states per training and evaluation env."""
 
     # --- acting -----------------------------------------------------------------------------
     @property
@@ -377,10 +376,9 @@ class R2D2Agent(Agent):
         )
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if len(self.acting) != len(obs):  # (a batch of another size, e.g. a conformance probe)
-            self.acting = np.zeros((len(obs), self.width), np.float32)
-        before = self.acting
-        q, self.acting = self.algorithm.q_step(obs, before)
+        before = self.states.before_sample(len(obs))
+        q, after = self.algorithm.q_step(obs, before)
+        self.states.acting = np.asarray(after, np.float32)
         actions = q.argmax(-1)
         explore = self.rng.random(len(obs)) < self.epsilon
         if explore.any():
@@ -389,22 +387,18 @@ class R2D2Agent(Agent):
         return actions, {"rnn_state": before}
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
-        if len(self.evaluating) != len(obs):
-            self.predict_episodes_ended(np.ones(len(obs), bool))
-        q, self.evaluating = self.algorithm.q_step(obs, self.evaluating)
+        q, after = self.algorithm.q_step(obs, self.states.before_predict(len(obs)))
+        self.states.evaluating = np.asarray(after, np.float32)
         actions: np.ndarray = q.argmax(-1)
         return actions
 
     def episodes_ended(self, mask: np.ndarray) -> None:
-        if len(mask) == len(self.acting):
-            self.acting = np.where(np.asarray(mask)[:, None], 0.0, self.acting).astype(np.float32)
+        self.states.ended(mask)
 
     def predict_episodes_ended(self, mask: np.ndarray) -> None:
         """The evaluation episodes of the envs in ``mask`` ended (or start): their predict
         states restart from zeros (sized to ``mask``)."""
-        if len(self.evaluating) != len(mask):
-            self.evaluating = np.zeros((len(mask), self.width), np.float32)
-        self.evaluating[np.asarray(mask, bool)] = 0.0
+        self.states.predict_ended(mask)
 
     # --- experience -------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -457,7 +451,7 @@ class R2D2Agent(Agent):
         # fresh episodes (SerialCollector), and the assembler cuts the sequences those
         # episodes interrupt (the module doc)
         state = self.replay.state_dict() | self.assembler.state_dict()
-        state["acting/state"] = self.acting
+        state["acting/state"] = self.states.acting
         return state
 
     def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
@@ -469,7 +463,7 @@ class R2D2Agent(Agent):
                 f"the checkpoint's acting states have width {acting.shape[1:]}, this config's "
                 f"({self.width},): resume with the checkpoint's algo.recurrent and rnn_hidden."
             )
-        self.acting = acting.copy()
+        self.states.acting = acting.copy()
 
 
 def make_agent(

@@ -152,10 +152,9 @@ def sequence_minibatches(
         )
 
 
-class AgentMemory:
-    """A recurrent agent's states: per training env (``sample``), per evaluation env
-    (``predict``), the state each rollout column started from, and the final observations of
-    truncated episodes whose bootstrap values wait for the learner's sequence pass."""
+class RecurrentStates:
+    """A recurrent agent's acting states: per training env (``sample``) and per evaluation
+    env (``predict``), one ``(S,)`` row each, zeroed where an episode ends or starts."""
 
     def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
         self.kind = kind
@@ -164,11 +163,6 @@ class AgentMemory:
         """The state each training env's next ``sample`` starts from."""
         self.evaluating = np.zeros((0, self.width), np.float32)
         """The state each evaluation env's next ``predict`` starts from."""
-        self.rollout_start = np.zeros((num_envs, self.width), np.float32)
-        """The ``rnn_state`` of the current rollout's first step, per env."""
-        self.truncations: list[tuple[int, np.ndarray, np.ndarray]] = []
-        """``(step, envs, final policy observations)`` of episodes a time limit cut in the
-        current rollout."""
 
     def before_sample(self, rows: int) -> np.ndarray:
         """The states the next ``sample`` of ``rows`` envs starts from (zeros for a batch of
@@ -178,17 +172,34 @@ class AgentMemory:
         return self.acting
 
     def before_predict(self, rows: int) -> np.ndarray:
+        """The same for ``predict``'s evaluation envs."""
         if len(self.evaluating) != rows:
             self.evaluating = np.zeros((rows, self.width), np.float32)
         return self.evaluating
 
     def ended(self, mask: np.ndarray) -> None:
+        """``episodes_ended``: the training envs in ``mask`` start from zeros."""
         if len(mask) == len(self.acting):
-            self.acting[mask] = 0.0
+            self.acting[np.asarray(mask, bool)] = 0.0
 
     def predict_ended(self, mask: np.ndarray) -> None:
+        """``predict_episodes_ended``: the evaluation envs in ``mask`` start from zeros."""
         self.before_predict(len(mask))
-        self.evaluating[mask] = 0.0
+        self.evaluating[np.asarray(mask, bool)] = 0.0
+
+
+class AgentMemory(RecurrentStates):
+    """A recurrent actor-critic's states (:class:`RecurrentStates`), the state each rollout
+    column started from, and the final observations of truncated episodes whose bootstrap
+    values wait for the learner's sequence pass."""
+
+    def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
+        super().__init__(kind, hidden, num_envs)
+        self.rollout_start = np.zeros((num_envs, self.width), np.float32)
+        """The ``rnn_state`` of the current rollout's first step, per env."""
+        self.truncations: list[tuple[int, np.ndarray, np.ndarray]] = []
+        """``(step, envs, final policy observations)`` of episodes a time limit cut in the
+        current rollout."""
 
     def final_columns(
         self, obs: np.ndarray, starts: np.ndarray
