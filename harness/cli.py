@@ -28,8 +28,8 @@ from harness.commands import (
 from harness.commands import pack_file as pack_file
 from harness.commands import plugins_for as plugins_for
 from harness.config import RunConfig, describe, layer, resolve
-from harness.errors import ConfigError, HarnessError, missing_extra
-from harness.registry import KINDS
+from harness.errors import ConfigError, HarnessError, did_you_mean, missing_extra
+from harness.registry import KINDS, EvalProtocol, Registry
 from harness.version import __version__
 
 log = logging.getLogger("harness")
@@ -238,7 +238,11 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
 
     ev = sub.add_parser("eval", parents=[common], help="evaluate a checkpoint greedily")
     ev.add_argument("checkpoint", help="a run directory or a checkpoint directory inside it")
-    ev.add_argument("--episodes", type=int, default=20, help="episodes to run (default 20)")
+    ev.add_argument(
+        "--episodes",
+        type=int,
+        help="episodes to run (default 20, or the number the --protocol's challenge used)",
+    )
     ev.add_argument("--seed", type=int, default=12345, help="env seed for evaluation")
     ev.add_argument(
         "--set",
@@ -254,6 +258,12 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         metavar="N",
         help="competition envs: the official protocol of round N (sets env.round = N and the "
         "round's own episode length, env.time_limit unset)",
+    )
+    ev.add_argument(
+        "--protocol",
+        metavar="NAME",
+        help="a competition's evaluation protocol for the run's env (e.g. 'official': a "
+        "MyoChallenge's phase-2 settings and episode count); prints the challenge's score",
     )
     ev.set_defaults(func=cmd_eval)
 
@@ -352,9 +362,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     extra = None
     if args.round is not None:
         extra = ({"env": {"round": args.round, "time_limit": None}}, f"--round {args.round}")
-    config, ckpt = checkpoint_config(Path(args.checkpoint), args.overrides, registry, extra=extra)
+    source = Path(args.checkpoint)
+    config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
+    protocol = None
+    if args.protocol is not None:
+        if args.round is not None:
+            raise ConfigError("harness eval: give --round or --protocol, not both.")
+        protocol = _eval_protocol(args.protocol, config.run.env, registry)
+        layer_: dict[str, dict[str, Any]] = {"env": dict(protocol.env_options)}
+        if protocol.env is not None:
+            layer_["run"] = {"env": protocol.env}
+        extra = (layer_, f"--protocol {args.protocol}")
+        config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
+    episodes = args.episodes or (protocol.episodes if protocol is not None else 20)
     agent = load_agent(config, registry, ckpt)
-    result = evaluate(agent, config, registry, args.episodes, seed=args.seed)
+    result = evaluate(agent, config, registry, episodes, seed=args.seed)
     print(
         f"{config.run.algo} on {config.run.env} from {ckpt}: mean return {result.mean:.2f} "
         f"+/- {result.std:.2f} over {len(result.returns)} episodes "
@@ -363,7 +385,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     means = result.metric_means()
     if means:  # the env's episode metrics (a competition's official score, its fall rate)
         print("  " + ", ".join(f"{name} {value:.3f}" for name, value in sorted(means.items())))
+    if protocol is not None:
+        score = protocol.score_of(result.metrics)
+        shown = "not reported by the env" if score is None else f"{score:.4f}"
+        print(f"{protocol.description} ({len(result.returns)} episodes): score {shown}")
     return 0
+
+
+def _eval_protocol(name: str, env_id: str, registry: Registry) -> EvalProtocol:
+    """The evaluation protocol ``name`` of ``env_id``'s family; a clear error naming the ones
+    there are."""
+    spec = registry.env_for(env_id)
+    found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
+    if name in found:
+        return found[name]
+    if not found:
+        raise ConfigError(
+            f"--protocol {name}: the env {env_id!r} has no evaluation protocols (env family "
+            f"{spec.name!r}); they come with competition envs (e.g. MyoChallenge ids such as "
+            f"myoChallengeDieReorientP1-v0). Drop --protocol to evaluate on the run's env."
+        )
+    raise ConfigError(
+        f"--protocol {name}: {env_id!r} has the protocols {', '.join(sorted(found))}."
+        f"{did_you_mean(name, found)}"
+    )
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

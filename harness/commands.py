@@ -83,7 +83,8 @@ def checkpoint_config(
     """The resolved config of a run directory's newest checkpoint (or of a checkpoint
     directory) with ``--set`` overrides, and that checkpoint: what ``harness eval`` and plugin
     commands that load a trained agent (``harness collect``) start from. ``extra`` is one more
-    layer (values, origin) merged after the overrides."""
+    layer (values, origin) merged after the overrides and after the check that the checkpoint
+    fits the config (an evaluation protocol may evaluate on another env id than the run's)."""
     # deferred: the runtime is not needed to parse arguments or list plugins
     from harness.checkpoint import latest_checkpoint, read_meta
     from harness.runtime.build import check_compatible
@@ -97,9 +98,9 @@ def checkpoint_config(
     for text in overrides:
         section, key, value = parse_override(text)
         raw.merge({section: {key: value}}, f"--set {text}")
-    if extra is not None:
-        raw.merge(*extra)
     check_compatible(meta, RunConfig(**raw.sections["run"]), ckpt)
+    if extra is not None:  # a deliberate layer (an evaluation protocol may change the env)
+        raw.merge(*extra)
     return resolve(raw, registry), ckpt
 
 

@@ -23,6 +23,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "harness.commands",
     "harness.config",
     "harness.cpus",
+    "harness.curriculum",
     "harness.data",
     "harness.errors",
     "harness.hookspecs",

@@ -54,6 +54,34 @@ class AlgorithmSpec:
 
 
 @dataclass(frozen=True)
+class EvalProtocol:
+    """A competition's evaluation protocol for an env (``harness eval RUN --protocol NAME``):
+    which env and ``[env]`` settings to evaluate on, and over how many episodes, as the
+    challenge evaluated submissions. Its score is the episode metric ``score``."""
+
+    name: str
+    """What ``--protocol`` selects (e.g. 'official', 'phase1')."""
+    episodes: int
+    """Episodes the challenge evaluated a submission on (``--episodes`` overrides)."""
+    env: str | None = None
+    """The env id to evaluate on (a challenge's phase-2 id); None keeps the run's."""
+    env_options: Mapping[str, Any] = field(default_factory=dict)
+    """``[env]`` keys to set (over the run's)."""
+    description: str = ""
+    """One line naming the challenge, its phase and where the protocol comes from."""
+    score: Callable[[Mapping[str, Sequence[float]]], float] | None = None
+    """The challenge's score from the evaluated episodes' metrics (name -> one value per
+    episode) where it is not the mean of the episode metric ``score`` (a clipped mean)."""
+
+    def score_of(self, metrics: Mapping[str, Sequence[float]]) -> float | None:
+        """The protocol's score of the episodes (None when the env reports none)."""
+        if self.score is not None:
+            return self.score(metrics)
+        values = metrics.get("score")
+        return float(sum(values) / len(values)) if values else None
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """An environment family:
     ``make_env(env_id, *, num_envs, seed, vector, options) -> VectorEnv`` (gymnasium's vector API
@@ -82,6 +110,9 @@ class EnvSpec:
     """``known_ids() -> ids`` for the "did you mean" hint when no family accepts an id."""
     description: str = ""
     """One line on what it is, for people reading the registry (informational)."""
+    protocols: Callable[[str], Mapping[str, EvalProtocol]] | None = None
+    """``protocols(env_id) -> {name: EvalProtocol}``: the competition evaluation protocols of
+    an env id (none for most envs), for ``harness eval --protocol``."""
     fallback: bool = False
     """A generic family (gymnasium's: any id in gymnasium's registry), asked only after every
     other family declined. A specific family whose ids also land in gymnasium's registry once

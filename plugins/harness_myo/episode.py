@@ -19,10 +19,27 @@ The metrics, where the env reports ``solved`` (every MyoChallenge task does):
 
 and for every env ``terminated`` (1 if the env ended the episode: a die dropped, a fall; 0 at
 the time limit), plus the episode mean of each info entry named in ``metric_keys``.
+
+**The official score.** Every MyoChallenge env defines how the challenge ranked submissions: its
+``get_metrics(paths)`` (a success rate and effort for Die Reorient and Relocate, the fraction of
+the track covered, time, effort and pain for OslRun, ...), over rollout paths whose
+``env_infos`` stack the per-step ``rwd_dict`` and ``obs_dict``. The wrapper keeps that path for
+the episode (the reward terms, and only the :data:`PATH_OBS_KEYS` of the observation dict) and,
+when it ends, reports MyoSuite's own ``get_metrics([path])`` as episode metrics: ``score`` (the
+runner logs it as ``charts/score`` beside the shaped return, and ``eval/score``), ``effort``,
+``time``, ... Every challenge's metrics are means over paths of per-path values, so the mean of
+the per-episode metrics is the metric of all the episodes together, with one exception: OslRun
+clips its mean track fraction to [0, 1], and a path's own fraction can be negative (the model
+starts 1 m behind the start line and may fall back). Its episodes also report the unclipped
+``track_fraction``, and the OslRun protocol's score is ``clip(mean(track_fraction), 0, 1)``
+(:mod:`harness_myo.challenges`), MyoSuite's number exactly; ``charts/score`` there is the mean of
+per-episode clipped fractions (the same unless some episodes end behind the start line). Keeping
+the path costs ~2 us per step against MyoSuite's ~1 ms.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -34,6 +51,37 @@ EPISODE_METRICS = "episode_metrics"
 """The info key harness's runner reads an episode's metrics from (on the ending step)."""
 
 _PLAIN = (bool, int, float)
+
+PATH_OBS_KEYS = ("time", "model_root_pos", "task")
+"""The observation-dict entries some challenge's ``get_metrics`` reads (OslRun: time and the
+pelvis position; ChaseTag: the task; Bimanual/Soccer: time); the rest of ``obs_dict`` is not
+kept."""
+
+
+def metric_name(key: str) -> str:
+    """A MyoSuite metric's name as an episode metric (Bimanual's "peak force" -> peak_force)."""
+    return key.replace(" ", "_")
+
+
+def official_metrics(env: Any, steps: list[dict[str, Any]]) -> dict[str, float]:
+    """``env.get_metrics`` (MyoSuite's own scoring) of one episode whose per-step records are
+    ``steps`` (each ``{"rwd_dict": ..., "obs_dict": ...}``), as floats."""
+    path = {
+        "env_infos": {
+            part: {key: np.asarray([s[part][key] for s in steps]) for key in steps[0][part]}
+            for part in ("rwd_dict", "obs_dict")
+        }
+    }
+    found = env.get_metrics([path])
+    metrics = {metric_name(k): float(v) for k, v in found.items() if np.ndim(v) == 0}
+    start, end = getattr(env, "start_pos", None), getattr(env, "end_pos", None)
+    if start is not None and end is not None and "model_root_pos" in steps[0]["obs_dict"]:
+        # OslRun's score before its clip (RunTrackEnv.get_metrics: the lowest y reached, as a
+        # fraction of the track from start_pos to end_pos)
+        lowest = float(np.min(path["env_infos"]["obs_dict"]["model_root_pos"][..., 1]))
+        sign = 1.0 if start > end else -1.0
+        metrics["track_fraction"] = sign * (start - lowest) / abs(start - end)
+    return metrics
 
 
 def scalar(value: Any) -> float:
@@ -50,15 +98,30 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
     does)."""
 
     def __init__(
-        self, env: Any, *, success_steps: int = 5, metric_keys: tuple[str, ...] = ()
+        self,
+        env: Any,
+        *,
+        success_steps: int = 5,
+        metric_keys: tuple[str, ...] = (),
+        alive_bonus: float = 0.0,
+        stage: int | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, success_steps=success_steps, metric_keys=metric_keys
+            self,
+            success_steps=success_steps,
+            metric_keys=metric_keys,
+            alive_bonus=alive_bonus,
+            stage=stage,
         )
         gym.Wrapper.__init__(self, env)
         self.success_steps = success_steps
         self.metric_keys = metric_keys
+        self.alive_bonus = alive_bonus
+        self.stage = stage
+        self._pending: dict[str, Any] = {}
         self._checked = False
+        self._scores = callable(getattr(env.unwrapped, "get_metrics", None))
+        self._reseed: int | None = None
         self._reset_counts()
 
     def _reset_counts(self) -> None:
@@ -67,14 +130,47 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self._solved = False
         self._has_solved = False
         self._sums = dict.fromkeys(self.metric_keys, 0.0)
+        self._path: list[dict[str, Any]] = []
+
+    # -- run-time changes (a curriculum; see harness.curriculum) ------------------------------
+    def configure(self, **changes: Any) -> None:
+        """New [env] options, taking effect at the next reset: ``kwargs`` (the env is rebuilt
+        with them) and ``curriculum_stage``; other options cannot change during a run."""
+        fixed = sorted(set(changes) - {"kwargs", "curriculum_stage"})
+        if fixed:
+            raise ConfigError(
+                f"[env] {', '.join(fixed)} cannot change during a run (a curriculum stage may set "
+                f"kwargs only)."
+            )
+        self._pending.update(changes)
+
+    def _apply_pending(self) -> None:
+        changes, self._pending = self._pending, {}
+        if "curriculum_stage" in changes:
+            self.stage = int(changes["curriculum_stage"])
+        if "kwargs" in changes:
+            old = self.env
+            spec = old.spec
+            assert spec is not None, "a MyoSuite env made by gymnasium.make has a spec"
+            make_kwargs = {**spec.kwargs, **changes["kwargs"]}
+            # the new env's random stream continues the old one's (a seeded run stays seeded)
+            self._reseed = int(old.unwrapped.np_random.integers(2**31))
+            self.env = gym.make(replace(spec, kwargs=make_kwargs), disable_env_checker=True)
+            old.close()
 
     def reset(self, **kwargs: Any) -> Any:
+        if self._pending:
+            self._apply_pending()
+        if self._reseed is not None and kwargs.get("seed") is None:
+            kwargs["seed"], self._reseed = self._reseed, None
         self._reset_counts()
         obs, _ = self.env.reset(**kwargs)
         return obs, {}
 
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.alive_bonus:
+            reward = float(reward) + self.alive_bonus
         if not self._checked:
             self._check_keys(info)
         self._steps += 1
@@ -85,6 +181,14 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             self._solved_steps += self._solved
         for key in self.metric_keys:
             self._sums[key] += scalar(info[key])
+        if self._scores:
+            seen = info.get("obs_dict", {})
+            self._path.append(
+                {
+                    "rwd_dict": info.get("rwd_dict", {}),
+                    "obs_dict": {k: np.array(seen[k]) for k in PATH_OBS_KEYS if k in seen},
+                }
+            )
         if not (terminated or truncated):
             return obs, reward, terminated, truncated, {}
         return obs, reward, terminated, truncated, {EPISODE_METRICS: self._metrics(terminated)}
@@ -97,6 +201,10 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             metrics["solved_final"] = float(self._solved)
             metrics["success"] = float(self._solved_steps > self.success_steps)
         metrics.update({key: total / n for key, total in self._sums.items()})
+        if self._scores and self._path:
+            metrics.update(official_metrics(self.env.unwrapped, self._path))
+        if self.stage is not None:
+            metrics["stage"] = float(self.stage)
         return metrics
 
     def _check_keys(self, info: dict[str, Any]) -> None:

@@ -22,12 +22,16 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness import hookimpl
+from harness.curriculum import advance as advance_curriculum
+from harness.curriculum import apply_stage
 from harness.errors import ConfigError, MissingExtraError, did_you_mean
 from harness.registry import EnvSpec
+from harness_myo.challenges import protocols
 
 DEPENDS_ON = ("harness_gymnasium",)
 """First-party plugins this module imports (docs/plugins.md, "What a plugin may import"): the
@@ -81,6 +85,22 @@ class MyoConfig:
     render_mode: str | None = None
     """'rgb_array' to make frames (env.render()) offscreen through EGL, setting MUJOCO_GL=egl
     unless it is set; unset: no rendering and nothing touches OpenGL."""
+    alive_bonus: float = 0.0
+    """Added to the reward on every step (a reward shaping; the official score does not see
+    it). MyoSuite's challenge rewards are mostly negative distances, so without it ending an
+    episode early (dropping the die, falling) is what a return-maximising policy learns."""
+    curriculum: list[dict[str, Any]] = field(default_factory=list)
+    """Stages (stage 0 first), each a table of [env] options; a stage's kwargs are merged into
+    the current kwargs, so a stage can widen the goal ranges and keep the reward weights, e.g.
+    [{kwargs = {goal_rot = [-0.785, 0.785]}}, {kwargs = {goal_rot = [-1.57, 1.57]}}]. A change
+    rebuilds each env with the new constructor kwargs at its next episode."""
+    curriculum_metric: str = "score"
+    """Episode metric (as logged: charts/NAME) that advances the curriculum: 'score' (the
+    challenge's official score), 'success', 'solved_fraction', 'episodic_return', ..."""
+    curriculum_thresholds: list[float] = field(default_factory=list)
+    """Advance from stage k when a logged window mean of the metric reaches thresholds[k]."""
+    curriculum_stage: int = 0
+    """The current stage (set by the curriculum; resumed runs go on from it)."""
 
     def __post_init__(self) -> None:
         steps = self.max_episode_steps
@@ -178,7 +198,11 @@ def make_one(env_id: str, options: MyoConfig) -> Any:
     # step to step, which the wrapper's fresh infos make moot; it is one more layer every step
     env = gym.make(env_id, disable_env_checker=True, **make_kwargs)
     return MyoEpisodeWrapper(
-        env, success_steps=options.success_steps, metric_keys=tuple(options.metric_keys)
+        env,
+        success_steps=options.success_steps,
+        metric_keys=tuple(options.metric_keys),
+        alive_bonus=float(options.alive_bonus),
+        stage=options.curriculum_stage if options.curriculum else None,
     )
 
 
@@ -229,6 +253,25 @@ def make_env(
     return envs
 
 
+CURRICULUM_MERGE = ("kwargs",)
+"""A curriculum stage's kwargs merge into the current ones (harness.curriculum)."""
+
+
+@hookimpl
+def harness_configure(config: Any) -> None:
+    """Before the envs are built: check the curriculum and apply its current stage."""
+    if isinstance(getattr(config, "env", None), MyoConfig):
+        apply_stage(config, CURRICULUM_MERGE)
+
+
+@hookimpl
+def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
+    """Advance the curriculum when the logged window mean of its metric reaches the stage's
+    threshold (farm actors, evaluation and replacement envs follow)."""
+    if isinstance(run.config.env, MyoConfig):
+        advance_curriculum(run, metrics, CURRICULUM_MERGE)
+
+
 @hookimpl
 def harness_register_envs() -> list[EnvSpec]:
     return [
@@ -238,6 +281,7 @@ def harness_register_envs() -> list[EnvSpec]:
             accepts=accepts,
             config_cls=MyoConfig,
             known_ids=known_ids,
+            protocols=protocols,
             description="MyoSuite's musculoskeletal envs on MuJoCo, the NeurIPS MyoChallenge "
             "tasks among them (harness[myo])",
         )

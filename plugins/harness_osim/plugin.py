@@ -24,6 +24,8 @@ import gymnasium as gym
 import numpy as np
 
 from harness import hookimpl
+from harness.curriculum import advance as advance_curriculum
+from harness.curriculum import apply_stage
 from harness.errors import ConfigError
 from harness.registry import EnvSpec
 
@@ -276,74 +278,20 @@ def make_env(
     return envs
 
 
-# -- curriculum -----------------------------------------------------------------------------
-def _check_curriculum(options: OsimConfig) -> None:
-    stages = options.curriculum
-    if not stages:
-        return
-    if len(options.curriculum_thresholds) != len(stages) - 1:
-        raise ConfigError(
-            f"[env] curriculum has {len(stages)} stages, so curriculum_thresholds needs "
-            f"{len(stages) - 1} values (one per advance), not {len(options.curriculum_thresholds)}."
-        )
-    names = {f.name for f in fields(options)} - {"curriculum", "curriculum_stage"}
-    for k, stage in enumerate(stages):
-        unknown = sorted(set(stage) - names)
-        if unknown:
-            raise ConfigError(
-                f"[env] curriculum stage {k} sets {', '.join(map(repr, unknown))}, which is not "
-                f"an [env] option of this env (options: {', '.join(sorted(names))})."
-            )
-    if not 0 <= options.curriculum_stage < len(stages):
-        raise ConfigError(
-            f"[env] curriculum_stage = {options.curriculum_stage} is not a stage (0 to "
-            f"{len(stages) - 1})."
-        )
-
-
+# -- curriculum (harness.curriculum) -------------------------------------------------------
 @hookimpl
 def harness_configure(config: Any) -> None:
     """Before the envs are built: check the curriculum and apply its current stage."""
-    options = getattr(config, "env", None)
-    if not isinstance(options, OsimConfig) or not options.curriculum:
-        return
-    _check_curriculum(options)
-    stage = options.curriculum_stage
-    for key, value in options.curriculum[stage].items():
-        origin = config.sources.get(f"env.{key}", "")
-        if origin.startswith("--set") and getattr(options, key) != value:
-            raise ConfigError(
-                f"{origin} sets env.{key}, but the curriculum's stage {stage} sets it too "
-                f"({key} = {value!r}), and the stage would win. Change it in the stage "
-                f"(--set 'env.curriculum=[...]') or drop the curriculum (--set env.curriculum=[])."
-            )
-        setattr(options, key, value)
+    if isinstance(getattr(config, "env", None), OsimConfig):
+        apply_stage(config)
 
 
 @hookimpl
 def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
     """Advance the curriculum when the logged window mean of its metric reaches the stage's
     threshold (evaluations and replacement actors then use the new stage too)."""
-    options = run.config.env
-    if not isinstance(options, OsimConfig) or not options.curriculum:
-        return
-    stage = options.curriculum_stage
-    if stage >= len(options.curriculum_thresholds):
-        return
-    value = metrics.get(f"charts/{options.curriculum_metric}")
-    if value is None or value < options.curriculum_thresholds[stage]:
-        return
-    changes = dict(options.curriculum[stage + 1], curriculum_stage=stage + 1)
-    log.info(
-        "curriculum: %s %.3g reached %.3g at step %d; stage %d -> %d",
-        options.curriculum_metric,
-        value,
-        options.curriculum_thresholds[stage],
-        run.step,
-        stage,
-        stage + 1,
-    )
-    run.update_env(**changes)
+    if isinstance(run.config.env, OsimConfig):
+        advance_curriculum(run, metrics)
 
 
 FAMILIES = (

@@ -1,0 +1,135 @@
+"""The MyoChallenge tasks and their evaluation protocols (``harness eval RUN --protocol NAME``).
+
+Each challenge task has a phase-1 env (what the packs train on) and the phase-2 env the final
+leaderboard was computed on (harder goals, randomised object or terrain); MyoSuite registers both.
+A run of either phase can be evaluated with:
+
+* ``phase1``: the phase-1 env;
+* ``phase2``: the phase-2 env;
+* ``official``: the challenge's final evaluation, the phase-2 env (for Relocate, the wider
+  ``P2eval`` ranges the organisers evaluated on) over the number of episodes the evaluation ran.
+
+The score is MyoSuite's own ``get_metrics`` per episode (``score``; see
+:mod:`harness_myo.episode`), averaged over the episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from harness.registry import EvalProtocol
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """One MyoChallenge task: its phase ids and how its submissions were evaluated."""
+
+    title: str
+    """Year and task, as the challenge named it."""
+    phase1: str
+    phase2: str
+    official: str
+    """The env id of the final evaluation (the phase-2 id, or its 'eval' variant)."""
+    episodes: int
+    """Episodes per evaluation of a submission. No challenge published its count: the 2023
+    leaderboard's scores are all multiples of 1/99, so 99 there; 100 for 2022 and 20 for OslRun
+    are harness's choices (docs/competitions.md)."""
+    ranking: str
+    """What the leaderboard ranked by."""
+    source: str
+    """Where the protocol comes from."""
+    score: Callable[[Mapping[str, Sequence[float]]], float] | None = None
+    """The score over episodes where it is not the mean of their ``score``s."""
+
+
+def clipped_track_fraction(metrics: Mapping[str, Sequence[float]]) -> float:
+    """OslRun's score (RunTrackEnv.get_metrics): the mean track fraction, clipped to [0, 1]."""
+    values = metrics["track_fraction"]
+    return min(1.0, max(0.0, sum(values) / len(values)))
+
+
+CHALLENGES: tuple[Challenge, ...] = (
+    Challenge(
+        "MyoChallenge 2022 Die Reorient",
+        "myoChallengeDieReorientP1-v0",
+        "myoChallengeDieReorientP2-v0",
+        "myoChallengeDieReorientP2-v0",
+        episodes=100,
+        ranking="success rate (solved on more than 5 of 150 steps), then effort",
+        source="Caggiano et al., PMLR 220:233-250 (2023); MyoSuite ReorientEnv.get_metrics",
+    ),
+    Challenge(
+        "MyoChallenge 2022 Baoding",
+        "myoChallengeBaodingP1-v1",
+        "myoChallengeBaodingP2-v1",
+        "myoChallengeBaodingP2-v1",
+        episodes=100,
+        ranking="the fraction of the episode spent solved, then effort",
+        source="Caggiano et al., PMLR 220:233-250 (2023); MyoSuite BaodingEnv.get_metrics",
+    ),
+    Challenge(
+        "MyoChallenge 2023 Relocate",
+        "myoChallengeRelocateP1-v0",
+        "myoChallengeRelocateP2-v0",
+        "myoChallengeRelocateP2eval-v0",
+        episodes=99,
+        ranking="success rate (object in the receptacle on more than 5 steps), then effort",
+        source="MyoChallenge 2023 rules; MyoSuite RelocateEnv.get_metrics",
+    ),
+    Challenge(
+        "MyoChallenge 2024 prosthetic-leg running (OslRun)",
+        "myoChallengeOslRunFixed-v0",
+        "myoChallengeOslRunRandom-v0",
+        "myoChallengeOslRunRandom-v0",
+        episodes=20,
+        ranking="the fraction of the track covered, then time, then effort",
+        source="MyoChallenge 2024 rules; MyoSuite RunTrackEnv.get_metrics",
+        score=clipped_track_fraction,
+    ),
+)
+"""The challenge tasks harness knows the protocols of."""
+
+_VARIANTS = ("Sarc", "Fati", "Reaf")
+
+
+def challenge_of(env_id: str) -> Challenge | None:
+    """The challenge task ``env_id`` belongs to (either phase, or a variant of one), if any."""
+    base = env_id
+    for variant in _VARIANTS:  # myoSarcChallenge... / myoFatiChallenge... share the protocol
+        base = base.replace(f"myo{variant}Challenge", "myoChallenge")
+    for challenge in CHALLENGES:
+        if base in (challenge.phase1, challenge.phase2, challenge.official):
+            return challenge
+    return None
+
+
+def protocols(env_id: str) -> Mapping[str, EvalProtocol]:
+    """``EnvSpec.protocols``: the protocols of ``env_id``'s challenge (none for other ids)."""
+    challenge = challenge_of(env_id)
+    if challenge is None:
+        return {}
+    c = challenge
+    return {
+        "phase1": EvalProtocol(
+            "phase1",
+            c.episodes,
+            c.phase1,
+            description=f"{c.title}, phase 1 ({c.phase1})",
+            score=c.score,
+        ),
+        "phase2": EvalProtocol(
+            "phase2",
+            c.episodes,
+            c.phase2,
+            description=f"{c.title}, phase 2 ({c.phase2})",
+            score=c.score,
+        ),
+        "official": EvalProtocol(
+            "official",
+            c.episodes,
+            c.official,
+            description=f"{c.title}, official evaluation ({c.official}; {c.ranking})",
+            score=c.score,
+        ),
+    }

