@@ -30,13 +30,13 @@ import msgpack
 import psutil
 import pytest
 import zmq
-from harness_zmq import wire
-from harness_zmq.cli import request_status
-from harness_zmq.wire import Kind
 
 import harness
 from harness.errors import HarnessError
 from harness.remote import handle_of
+from harness_zmq import wire
+from harness_zmq.cli import request_status
+from harness_zmq.wire import Kind
 
 pytestmark = pytest.mark.distributed
 

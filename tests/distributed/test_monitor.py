@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from harness_zmq import monitor
 from harness_zmq.monitor import MonitorServer, host_stats
 from harness_zmq.security import InsecureBind

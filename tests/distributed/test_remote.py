@@ -28,9 +28,6 @@ import numpy as np
 import psutil
 import pytest
 import zmq
-from harness_zmq import wire
-from harness_zmq.actor import ActorLauncher
-from harness_zmq.client import LOCAL_ACTOR_NICE, ZmqActor, ZmqClient, connect, shipped_sources
 from test_cluster import wait_for  # same directory: pytest puts it on sys.path
 
 import harness
@@ -45,6 +42,9 @@ from harness.remote import (
     handle_of,
     release,
 )
+from harness_zmq import wire
+from harness_zmq.actor import ActorLauncher
+from harness_zmq.client import LOCAL_ACTOR_NICE, ZmqActor, ZmqClient, connect, shipped_sources
 
 pytestmark = pytest.mark.distributed
 

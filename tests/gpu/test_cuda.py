@@ -228,9 +228,8 @@ def test_monitor_host_stats_list_the_gpus() -> None:
 
 def test_gpu_actors_get_their_device() -> None:
     pytest.importorskip("zmq")
-    from harness_zmq.client import _local_gpus, connect
-
     import harness
+    from harness_zmq.client import _local_gpus, connect
 
     class Probe:
         def device(self) -> dict[str, Any]:

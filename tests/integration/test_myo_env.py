@@ -76,6 +76,7 @@ def test_harness_check_env_passes(env_id: str) -> None:
 @pytest.mark.parametrize("env_id", [DIE, OSL])
 def test_gymnasium_check_env_passes_on_what_harness_steps(env_id: str) -> None:
     from gymnasium.utils.env_checker import check_env as gym_check_env
+
     from harness_myo.plugin import MyoConfig, make_one
 
     env = make_one(env_id, MyoConfig())

@@ -105,6 +105,7 @@ def test_the_official_score_is_myosuites_get_metrics_over_the_recorded_episodes(
     env_id: str, kwargs: dict[str, Any]
 ) -> None:
     import gymnasium as gym
+
     from harness_myo.episode import MyoEpisodeWrapper
 
     recorder = Recorder(gym.make(env_id, disable_env_checker=True, **kwargs))

@@ -10,6 +10,7 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
+
 from harness_zmq import wire
 from harness_zmq.wire import PROTOCOL, Kind, MalformedFrame
 
