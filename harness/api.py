@@ -25,6 +25,8 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from harness.numpy_nets import PolicyProgram
+
 Tensor = Any
 """A framework tensor (``torch.Tensor``, ``paddle.Tensor``). Algorithms never inspect its type."""
 
@@ -522,6 +524,17 @@ class Agent(abc.ABC):
         ``predict`` (all envs) and after each vector step in which the episodes of the envs in
         ``mask`` ended. Only an agent whose greedy policy keeps per-env state (a recurrent
         one, e.g. QMIX with GRU agents) needs it."""
+
+    def policy_program(self) -> PolicyProgram | None:
+        """Optional: the greedy policy, what :meth:`predict` computes from env observations to
+        env actions, as data (a :class:`harness.numpy_nets.PolicyProgram`: observation
+        standardisation, the layers of the numpy copies acting uses, the output transform),
+        for ``harness export`` to write as a framework-free ONNX graph. Describe the copies
+        ``predict`` really uses, with their current weights; a recurrent policy's state is the
+        one :meth:`predict_episodes_ended` zeroes. None (the default): this agent cannot be
+        exported. An agent that can in general but not as configured raises
+        :class:`harness.errors.IncompatibleError` saying which key to change."""
+        return None
 
     def load_data(self) -> None:  # noqa: B027 - optional
         """Offline agents (:attr:`offline`): read and check the dataset the config names. The

@@ -70,6 +70,8 @@ EXTRAS: dict[str, str] = {
     "ale_py": "atari",
     "mujoco": "mujoco",
     "myosuite": "myo",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
     "pynvml": "gpu-monitor",
 }
 """Which extra installs a module; keep in step with setup.cfg's ``[options.extras_require]``

@@ -91,6 +91,11 @@ class BCQ(ContinuousActorCritic):
     acting = ("decoder", "actor", "critics")
     """The networks a policy needs (its weights())."""
 
+    def actor_layers(self) -> None:
+        """BCQ acts by perturbing VAE-decoded candidates and picking by Q: not a chain of
+        layers, so it is not exported."""
+        return None
+
     def __init__(self, backend: Backend, info: EnvInfo, config: BCQConfig) -> None:
         super().__init__(backend)
         self.config = config

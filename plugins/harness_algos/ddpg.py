@@ -19,6 +19,8 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
+from harness.errors import IncompatibleError
+from harness.numpy_nets import Activation, Op, layers_of
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
     OffPolicyAgent,
@@ -97,6 +99,19 @@ class DDPG(ContinuousActorCritic):
         if self._actors is None:
             self._actors = self.backend.inference(self.actors)
         return np.asarray(np.tanh(np.stack(self._actors(obs))))
+
+    def actor_layers(self) -> tuple[Op, ...] | None:
+        """One actor (``algo.ensemble = 1``) as policy-program ops: ``tanh`` of its output.
+        An ensemble picks each action by its critics' scores, which is not exported."""
+        if self.heads > 1:
+            raise IncompatibleError(
+                f"ddpg with algo.ensemble = {self.heads} picks each action by its critics' "
+                f"scores; harness export needs algo.ensemble = 1."
+            )
+        if self._actors is None:
+            self._actors = self.backend.inference(self.actors)
+        layers = layers_of(self._actors, 0)
+        return None if layers is None else (*layers, Activation("tanh"))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         candidates = self.head_actions(obs)

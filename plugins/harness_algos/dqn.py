@@ -11,6 +11,7 @@ import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
 from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
+from harness.numpy_nets import Argmax, Op, PolicyProgram, layers_of
 from harness_algos.offpolicy import check_replay
 
 if TYPE_CHECKING:  # (discrete CQL runs this update with its own config; it imports this module)
@@ -116,6 +117,18 @@ class DQN(Algorithm):
         bk = self.backend
         with bk.no_grad():
             return bk.numpy(bk.argmax(self.q_values(self.q, bk.tensor(obs)), axis=-1))
+
+    def greedy_layers(self) -> tuple[Op, ...] | None:
+        """:meth:`greedy` as policy-program ops on numpy copies of the online network:
+        the Q-network then the argmax; with a dueling head, the trunk then the advantage
+        head (``Q = V + A - mean(A)`` adds the same to every action of a row, so A's argmax
+        is Q's). None when a copy is not a numpy network."""
+        bk = self.backend
+        parts = ["trunk", "advantage"] if self.config.dueling else ["q"]
+        layers = [layers_of(bk.inference(self.q[part])) for part in parts]
+        if any(chain is None for chain in layers):
+            return None
+        return (*(op for chain in layers for op in chain or ()), Argmax())
 
     def learn(self, batch: ReplayBatch) -> dict[str, float]:
         return self.learn_with_td(batch)[0]
@@ -225,6 +238,14 @@ class DQNAgent(Agent):
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         return self.algorithm.greedy(obs)
+
+    def policy_program(self) -> PolicyProgram | None:
+        """:meth:`predict` as data (:meth:`DQN.greedy_layers`)."""
+        layers = self.algorithm.greedy_layers()
+        if layers is None:
+            return None
+        info = self.env_info
+        return PolicyProgram(layers, info.observation.flat_dim, info.action.n, discrete=True)
 
     def observe(self, transition: Transition) -> None:
         t = transition

@@ -23,6 +23,7 @@ import numpy as np
 from harness.api import Agent, Algorithm, EnvInfo, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
+from harness.numpy_nets import Activation, Columns, Dense, Op, PolicyProgram, Rescale, layers_of
 
 
 def check_actor_critic(batch_size: int, tau: float) -> None:
@@ -76,7 +77,9 @@ class ContinuousActorCritic(BurstAlgorithm):
 
     saved: tuple[str, ...] = ()
     counters: tuple[str, ...] = ()
-    actor: Any
+    actor: Any = None
+    act_dim: int = 0
+    """Values in one action (set by the subclass)."""
     _policy: Any = None
 
     def numpy_actor(self) -> Any:
@@ -102,6 +105,22 @@ class ContinuousActorCritic(BurstAlgorithm):
     def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         self.backend.set_weights(self.actor, weights)
         self._policy = None
+
+    def actor_layers(self) -> tuple[Op, ...] | None:
+        """:meth:`act` as policy-program ops (actions in [-1, 1]) on the numpy copy acting
+        uses, or None when it cannot be described. The default describes how SAC and TD3 act:
+        ``tanh`` of the first ``act_dim`` outputs of ``self.actor`` (SAC's means before its
+        log-stds; all of TD3's), for an actor that reads the observation alone
+        (:class:`~harness.numpy_nets.PolicyProgram` checks its input width). An algorithm
+        that acts otherwise overrides it."""
+        if self.actor is None or not self.act_dim:  # (DDPG's ensemble of actors)
+            return None
+        layers = layers_of(self.numpy_actor())
+        if layers is None:
+            return None
+        last = layers[-1]
+        wider = isinstance(last, Dense) and last.w.shape[1] > self.act_dim
+        return (*layers, *([Columns(0, self.act_dim)] if wider else []), Activation("tanh"))
 
     @abc.abstractmethod
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -252,6 +271,18 @@ class OffPolicyAgent(ReplayRatioAgent):
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         return self.to_env(self.algorithm.act(obs))
+
+    def policy_program(self) -> PolicyProgram | None:
+        """:meth:`predict` as data: the algorithm's :meth:`~ContinuousActorCritic.actor_layers`
+        in [-1, 1], then :class:`BoxScale`'s map onto the env's box."""
+        layers = self.algorithm.actor_layers()
+        if layers is None:
+            return None
+        scale = Rescale(self.scale.centre.ravel(), self.scale.half.ravel())
+        info = self.env_info
+        return PolicyProgram(
+            (*layers, scale), info.observation.flat_dim, info.action.flat_dim, discrete=False
+        )
 
     def observe(self, transition: Transition) -> None:
         t = transition

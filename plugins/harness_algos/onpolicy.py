@@ -12,7 +12,9 @@ and a state-value function; outside the loss they do the same things, written on
 * Acting runs on a numpy copy of the acting model (``backend.inference``), taken again after
   every weight change (:meth:`~ActorCritic.refresh_policy`): sampling issues no framework
   operation, whose overhead dominates small networks. Categorical actions are drawn by
-  Gumbel-max, Gaussian ones as mean + std * noise; without an ``rng`` they are greedy.
+  Gumbel-max, Gaussian ones as mean + std * noise; without an ``rng`` they are greedy. The
+  greedy policy is also described as data (:meth:`RolloutAgent.policy_program`, made of the
+  numpy copy's own layers) for ``harness export``.
 * :class:`RolloutAgent`: the rollout buffer; Gaussian actions clipped to the box on their way
   to the env (the buffer keeps the unclipped action, whose log-probability the loss takes);
   the truncation bootstrap (``reward += gamma * V(final obs)`` where a time limit, not the MDP,
@@ -35,10 +37,12 @@ import numpy.typing as npt
 
 from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
 from harness.data import RolloutBatch, RolloutBuffer
-from harness.errors import ConfigError
+from harness.errors import ConfigError, IncompatibleError
+from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize, layers_of
 from harness_algos.moments import EPS, Normalization, RunningMoments
 from harness_algos.recurrent import (
     AgentMemory,
+    RecurrentPolicy,
     episode_starts,
     numpy_recurrent_policy,
     recurrent_actor_critic,
@@ -183,6 +187,14 @@ class ActorCritic(Algorithm):
             outs, after = self._policy(obs, state)
             return outs, after
         return self._policy(obs), None
+
+    def policy_layers(self) -> tuple[Op, ...] | None:
+        """The policy head's path through the numpy copy acting uses, as policy-program ops
+        (the recurrent layer first where there is one); None when that copy is no numpy
+        network (IMPALA's CNN over images)."""
+        if isinstance(self._policy, RecurrentPolicy):
+            return self._policy.policy_layers()
+        return layers_of(self._policy, 0)
 
     def refresh_policy(self) -> None:
         """Take the numpy copies that acting uses (after any weight change)."""
@@ -394,6 +406,31 @@ class RolloutAgent(Agent):
 
     def predict(self, obs: np.ndarray) -> np.ndarray:
         return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
+
+    def policy_program(self) -> PolicyProgram | None:
+        """:meth:`predict` as data: ``normalize_obs``'s standardisation, the policy head's
+        layers (after the recurrent layer), then the argmax (discrete) or the clip to the box.
+        None for a multi-agent env (MAPPO: agent-keyed batches)."""
+        if self.env_info.multi_agent:
+            return None
+        layers = self.algorithm.policy_layers()
+        if layers is None:
+            raise IncompatibleError(
+                f"{self.name} acts on {self.env_info.env_id!r} through a network without a "
+                f"numpy description (a CNN over image observations of shape "
+                f"{self.env_info.observation.shape}): only MLP and LSTM/GRU policies over flat "
+                "observations can be described (and exported)."
+            )
+        ops: list[Op] = []
+        moments, norm = self.algorithm.obs_norm, self.norm
+        if moments is not None and norm is not None:  # RunningMoments.normalize's arithmetic
+            std = np.sqrt(moments.var + EPS)
+            ops.append(Standardize(moments.mean.ravel().copy(), std.ravel(), norm.clip_obs))
+        ops += layers
+        ops.append(Argmax() if self.discrete else Clip(self.low.ravel(), self.high.ravel()))
+        return PolicyProgram(
+            tuple(ops), self.env_info.observation.flat_dim, self.algorithm.act_dim, self.discrete
+        )
 
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:

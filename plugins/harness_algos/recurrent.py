@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from harness.api import Backend, EnvInfo
+from harness.numpy_nets import Op, Recurrent, layers_of
 from harness.sequences import state_dim
 
 RECURRENT_CHOICES = ("none", "lstm", "gru")
@@ -63,19 +64,32 @@ def recurrent_actor_critic(
     )
 
 
-def numpy_recurrent_policy(
-    backend: Backend, net: Any
-) -> Callable[[np.ndarray, np.ndarray], tuple[list[np.ndarray], np.ndarray]]:
+class RecurrentPolicy:
     """The acting copy of :func:`recurrent_actor_critic`'s network: ``(obs (B, ...), state (B,
     S)) -> ([policy head, values (B, 1)], next state)``, one step, in numpy."""
-    step: Callable[..., Any] = backend.inference(net["core"])  # (x, state) -> (out, state)
-    heads = backend.inference(net["heads"])
 
-    def forward(obs: np.ndarray, state: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        out, state = step(np.asarray(obs, np.float32).reshape(len(obs), -1), state)
-        return heads(out), state
+    def __init__(self, step: Callable[..., Any], heads: Callable[..., Any]) -> None:
+        self.step = step
+        """The recurrent layer's copy: ``(x, state) -> (out, state)``."""
+        self.heads = heads
+        """The heads' copy: ``out -> [policy head, values]``."""
 
-    return forward
+    def __call__(self, obs: np.ndarray, state: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        out, state = self.step(np.asarray(obs, np.float32).reshape(len(obs), -1), state)
+        return self.heads(out), state
+
+    def policy_layers(self) -> tuple[Op, ...] | None:
+        """The recurrent layer and the policy head's layers as policy-program ops (the very
+        objects acting steps); None when a copy is not a numpy network."""
+        head = layers_of(self.heads, 0)
+        if not isinstance(self.step, Recurrent) or head is None:
+            return None
+        return (self.step, *head)
+
+
+def numpy_recurrent_policy(backend: Backend, net: Any) -> RecurrentPolicy:
+    """The acting copy of :func:`recurrent_actor_critic`'s network (:class:`RecurrentPolicy`)."""
+    return RecurrentPolicy(backend.inference(net["core"]), backend.inference(net["heads"]))
 
 
 def episode_starts(dones: np.ndarray) -> np.ndarray:

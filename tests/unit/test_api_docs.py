@@ -29,6 +29,8 @@ MODULES = [
     "harness.remote",
     "harness.commands",
     "harness.sequences",
+    "harness.numpy_nets",
+    "harness.curriculum",
 ]
 
 
