@@ -5,7 +5,9 @@ and the return threshold. ``harness baselines run NAME`` trains every seed in-pr
 periodic greedy evaluation reaches the pack's ``stop_at_return`` (or the budget runs out),
 re-evaluates the final checkpoint on 20 fresh episodes with other env seeds, and writes
 ``baselines/results/NAME.json`` (per seed: steps, steps to the threshold, wall-clock, fresh
-evaluation, the evaluation curve) and ``baselines/results/NAME.png`` (the curves).
+evaluation with the env's episode metrics, the evaluation curve, and where the file names a
+``protocol``, the competition's official evaluation of the final checkpoint and its score)
+and ``baselines/results/NAME.png`` (the curves).
 """
 
 from __future__ import annotations
@@ -96,6 +98,21 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     curve = json.loads((ckpt / "runner.json").read_text(encoding="utf-8"))["eval_history"]
     threshold = spec.get("threshold")
     reached = [s for s, r in curve if threshold is not None and r >= threshold]
+    extra: dict[str, Any] = {"fresh_eval_metrics": fresh.metric_means()}
+    if "protocol" in spec:  # a competition's official evaluation of the final checkpoint
+        name = spec["protocol"]
+        protocol = _protocol(registry, config.run.env, name)
+        env_over = [f"run.env='{protocol.env}'"] if protocol.env is not None else []
+        env_over += [f"env.{k}={json.dumps(v)}" for k, v in protocol.env_options.items()]
+        official = resolve(layer(pack, users, overrides + env_over, environ={}), registry)
+        done = evaluate(agent, official, registry, protocol.episodes, seed=888_000 + seed)
+        extra["protocol"] = {
+            "name": name,
+            "env": official.run.env,
+            "episodes": protocol.episodes,
+            "score": protocol.score_of(done.metrics),
+            "metrics": done.metric_means(),
+        }
     return {
         "seed": seed,
         "steps": result.steps,
@@ -105,7 +122,19 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
         "fresh_eval_mean": fresh.mean,
         "fresh_eval_std": fresh.std,
         "eval_curve": curve,
+        **extra,
     }
+
+
+def _protocol(registry: Any, env_id: str, name: str) -> Any:
+    spec = registry.env_for(env_id)
+    found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
+    if name not in found:
+        raise ConfigError(
+            f"baseline protocol = {name!r}: {env_id!r} has "
+            f"{', '.join(sorted(found)) or 'no evaluation protocols'}."
+        )
+    return found[name]
 
 
 def record_baseline(
@@ -148,8 +177,9 @@ def _plot(name: str, spec: dict[str, Any], rows: list[dict[str, Any]], path: Pat
 def markdown_table(specs: dict[str, dict[str, Any]], results: Path) -> str:
     """One row per recorded seed: budget, steps to the threshold, fresh evaluation, time."""
     lines = [
-        "| baseline | seed | steps run | steps to threshold | fresh eval (20 ep.) | wall-clock |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| baseline | seed | steps run | steps to threshold | fresh eval (20 ep.) | score (20 ep.) "
+        "| official protocol | wall-clock |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for name in specs:
         path = results / f"{name}.json"
@@ -158,10 +188,19 @@ def markdown_table(specs: dict[str, dict[str, Any]], results: Path) -> str:
         for row in json.loads(path.read_text(encoding="utf-8"))["runs"]:
             reached = row.get("steps_to_threshold")
             capped = " (time cap)" if row.get("capped") else ""
+            score = row.get("fresh_eval_metrics", {}).get("score")
+            protocol = row.get("protocol")
+            official = (
+                f"{protocol['score']:.3f} ({protocol['name']}: {protocol['env']}, "
+                f"{protocol['episodes']} ep.)"
+                if protocol and protocol.get("score") is not None
+                else "-"
+            )
             lines.append(
                 f"| {name} | {row['seed']} | {row['steps']:,}{capped} | "
                 f"{f'{reached:,}' if reached is not None else '-'} | "
                 f"{row['fresh_eval_mean']:.1f} ± {row['fresh_eval_std']:.1f} | "
+                f"{'-' if score is None else f'{score:.3f}'} | {official} | "
                 f"{row['wall_time_s']:.0f} s |"
             )
     return "\n".join(lines)
