@@ -7,6 +7,14 @@ the episode metrics harness logs (``solved_fraction``, ``success``, ...; see tha
 drops the rest of it. The vector env is harness_gymnasium's ``LeanSyncVectorEnv`` (or
 gymnasium's ``AsyncVectorEnv``) with SAME_STEP autoreset, like every env plugin's.
 
+What a pack adds in ``[env]``: ``kwargs`` for MyoSuite's constructor (its reward weights,
+goal ranges), ``alive_bonus`` (a shaping: MyoSuite's challenge rewards are mostly negative
+distances, so ending an episode early would pay), and a curriculum whose stages merge into
+``kwargs`` (:mod:`harness.curriculum`; a stage rebuilds each env with the new kwargs at its next
+episode). The episode metrics include the challenge's official score, MyoSuite's own
+``get_metrics`` (:mod:`harness_myo.episode`), and the challenge tasks declare their evaluation
+protocols for ``harness eval --protocol`` (:mod:`harness_myo.challenges`).
+
 Headless: nothing here opens a window or touches OpenGL unless ``[env] render_mode =
 "rgb_array"`` asks for frames, and only then is ``MUJOCO_GL`` set (to ``egl``: MuJoCo's
 offscreen rendering on this machine works through EGL; ``osmesa`` failed).
