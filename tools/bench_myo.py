@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import multiprocessing as mp
 import os
 import platform
 import shutil
@@ -74,7 +73,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_osim import Probe, with_others_load
-from benchlib import cpus_and_model, fmt_load
+from benchlib import cpus_and_model, fmt_load, start_together, together_rate
 
 DEFAULT_ENVS = ("myoChallengeDieReorientP1-v0", "myoChallengeOslRunFixed-v0")
 RAW = "raw gymnasium.make loop"
@@ -264,9 +263,7 @@ def _pair_worker(env_id: str, seed: int, seconds: float, go: Any, start: Any, ou
     env = raw_env(env_id)
     actions = draw_actions(env.action_space, 5000, seed)
     raw_steps_per_s(env, actions[:WARM_STEPS], 0.2)
-    out.put(("ready", 0.0))
-    go.wait()
-    time.sleep(max(0.0, start.value - time.time()))
+    start_together(go, start, out)
     out.put(("rate", raw_steps_per_s(env, actions, seconds)))
     env.close()
 
@@ -274,26 +271,8 @@ def _pair_worker(env_id: str, seed: int, seconds: float, go: Any, start: Any, ou
 def pair_rate(env_id: str, seconds: float, seed: int) -> float:
     """Summed steps/s of two raw loops in two fresh processes at the same time. Spawned, not
     forked: by the second round this process has run a farm (torch's thread pools, ZeroMQ)."""
-    ctx = mp.get_context("spawn")
-    out, go, start = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
-    procs = [
-        ctx.Process(
-            target=_pair_worker,
-            args=(env_id, seed + 100 + i, seconds, go, start, out),
-            daemon=True,
-        )
-        for i in range(2)
-    ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        out.get(timeout=300)
-    start.value = time.time() + 0.5
-    go.set()
-    total = sum(out.get(timeout=seconds + 300)[1] for _ in procs)
-    for proc in procs:
-        proc.join(timeout=30)
-    return float(total)
+    pairs = [(env_id, seed + 100 + i, seconds) for i in range(2)]
+    return together_rate(_pair_worker, pairs, seconds, method="spawn")
 
 
 def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:

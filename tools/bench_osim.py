@@ -63,6 +63,7 @@ from harness import hookimpl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_farm import cpu_seconds, machine_cpu
+from benchlib import start_together, together_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -551,44 +552,18 @@ def _pair_worker(
     accuracy, time_limit, seed, seconds = args
     raw = RawLoop(Path(path), accuracy=accuracy, time_limit=time_limit)
     raw.reset()
-    out.put(("ready", 0.0))
-    go.wait()
-    time.sleep(max(0.0, start.value - time.time()))
+    start_together(go, start, out)
     out.put(("rate", raw_rate(raw, seconds, seed)[0]))
 
 
 def pair_rate(path: Path, args: argparse.Namespace, time_limit: int) -> float:
     """Summed steps/s of 2 raw loops in 2 forked processes at the same time (what 2 cores give
     this load with nothing else of ours running)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    out, go = ctx.Queue(), ctx.Event()
-    start = ctx.Value("d", 0.0)
-    procs = [
-        ctx.Process(
-            target=_pair_worker,
-            args=(
-                str(path),
-                (args.accuracy, time_limit, args.seed + 100 + i, args.raw_seconds),
-                go,
-                start,
-                out,
-            ),
-            daemon=True,
-        )
+    pairs = [
+        (str(path), (args.accuracy, time_limit, args.seed + 100 + i, args.raw_seconds))
         for i in range(2)
     ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        out.get(timeout=300)
-    start.value = time.time() + 0.5
-    go.set()
-    total = sum(out.get(timeout=args.raw_seconds + 300)[1] for _ in procs)
-    for proc in procs:
-        proc.join(timeout=30)
-    return float(total)
+    return together_rate(_pair_worker, pairs, args.raw_seconds, method="fork")
 
 
 def with_others_load(fn: Callable[[], T]) -> tuple[T, float]:

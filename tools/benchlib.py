@@ -556,3 +556,41 @@ def summary_table(
             ]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return lines
+
+
+def start_together(go: Any, start: Any, out: Any) -> None:
+    """In a worker of :func:`together_rate`: say it is ready (its load is built and warm), then
+    wait for the common start."""
+    out.put(("ready", 0.0))
+    go.wait()
+    time.sleep(max(0.0, start.value - time.time()))
+
+
+def together_rate(
+    worker: Callable[..., None],
+    worker_args: Sequence[tuple[Any, ...]],
+    seconds: float,
+    method: str = "spawn",
+) -> float:
+    """Summed rate of one process per entry of ``worker_args``, all stepping from the same
+    moment: what the cores give a load with nothing else of ours running. Each
+    ``worker(*args, go, start, out)`` builds its load, calls :func:`start_together`, then puts
+    ``("rate", steps_per_s)`` on ``out``."""
+    import multiprocessing as mp
+
+    ctx: Any = mp.get_context(method)
+    out, go, start = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [
+        ctx.Process(target=worker, args=(*args, go, start, out), daemon=True)
+        for args in worker_args
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        out.get(timeout=300)
+    start.value = time.time() + 0.5
+    go.set()
+    total = sum(out.get(timeout=seconds + 300)[1] for _ in procs)
+    for proc in procs:
+        proc.join(timeout=30)
+    return float(total)

@@ -110,26 +110,12 @@ def protocols(env_id: str) -> Mapping[str, EvalProtocol]:
     if challenge is None:
         return {}
     c = challenge
+    phases = {
+        "phase1": (c.phase1, f"{c.title}, phase 1 ({c.phase1})"),
+        "phase2": (c.phase2, f"{c.title}, phase 2 ({c.phase2})"),
+        "official": (c.official, f"{c.title}, official evaluation ({c.official}; {c.ranking})"),
+    }
     return {
-        "phase1": EvalProtocol(
-            "phase1",
-            c.episodes,
-            c.phase1,
-            description=f"{c.title}, phase 1 ({c.phase1})",
-            score=c.score,
-        ),
-        "phase2": EvalProtocol(
-            "phase2",
-            c.episodes,
-            c.phase2,
-            description=f"{c.title}, phase 2 ({c.phase2})",
-            score=c.score,
-        ),
-        "official": EvalProtocol(
-            "official",
-            c.episodes,
-            c.official,
-            description=f"{c.title}, official evaluation ({c.official}; {c.ranking})",
-            score=c.score,
-        ),
+        name: EvalProtocol(name, c.episodes, env, description=text, score=c.score)
+        for name, (env, text) in phases.items()
     }
