@@ -93,10 +93,12 @@ def fit_statistics(agent: Agent, env_id: str) -> None:
 
 
 def episode_parity(agent: Agent, env_id: str, steps: int) -> tuple[int, int]:
-    """Step ``env_id`` with the agent's greedy actions for ``steps`` steps; at every step the
-    ONNX graph's action (its state carried and zeroed at episode starts, as ``harness eval``
-    resets ``predict``'s) must equal ``predict``'s. Returns (episodes started, longest run of
-    steps a state was carried)."""
+    """Step ``env_id`` with the agent's greedy actions for ``steps`` steps (a recurrent policy:
+    on until a second episode started, at most 20 times as long: its state must be seen reset;
+    a random-weight policy may balance CartPole for hundreds of steps, and its time limit ends
+    it at 500); at every step the ONNX graph's action (its state carried and zeroed at episode
+    starts, as ``harness eval`` resets ``predict``'s) must equal ``predict``'s. Returns
+    (episodes started, longest run of steps a state was carried)."""
     program = agent.policy_program()
     assert program is not None
     sess = session(program)
@@ -105,7 +107,9 @@ def episode_parity(agent: Agent, env_id: str, steps: int) -> tuple[int, int]:
     agent.predict_episodes_ended(np.ones(1, bool))
     state = program.initial_state(1)
     episodes, carried, longest = 1, 0, 0
-    for t in range(steps):
+    t = 0
+    while t < steps or (program.state_size and episodes < 2 and t < 20 * steps):
+        t += 1
         want = agent.predict(obs[None])
         feeds = {"obs": np.asarray(obs, np.float32)[None]}
         if program.state_size:
