@@ -101,7 +101,7 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     extra: dict[str, Any] = {"fresh_eval_metrics": fresh.metric_means()}
     if "protocol" in spec:  # a competition's official evaluation of the final checkpoint
         name = spec["protocol"]
-        protocol = _protocol(registry, config.run.env, name)
+        protocol = registry.protocol(config.run.env, name)
         env_over = [f"run.env='{protocol.env}'"] if protocol.env is not None else []
         env_over += [f"env.{k}={json.dumps(v)}" for k, v in protocol.env_options.items()]
         official = resolve(layer(pack, users, overrides + env_over, environ={}), registry)
@@ -124,17 +124,6 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
         "eval_curve": curve,
         **extra,
     }
-
-
-def _protocol(registry: Any, env_id: str, name: str) -> Any:
-    spec = registry.env_for(env_id)
-    found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
-    if name not in found:
-        raise ConfigError(
-            f"baseline protocol = {name!r}: {env_id!r} has "
-            f"{', '.join(sorted(found)) or 'no evaluation protocols'}."
-        )
-    return found[name]
 
 
 def record_baseline(

@@ -28,8 +28,8 @@ from harness.commands import (
 from harness.commands import pack_file as pack_file
 from harness.commands import plugins_for as plugins_for
 from harness.config import RunConfig, describe, layer, resolve
-from harness.errors import ConfigError, HarnessError, did_you_mean, missing_extra
-from harness.registry import KINDS, EvalProtocol, Registry
+from harness.errors import ConfigError, HarnessError, missing_extra
+from harness.registry import KINDS
 from harness.version import __version__
 
 log = logging.getLogger("harness")
@@ -368,7 +368,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.protocol is not None:
         if args.round is not None:
             raise ConfigError("harness eval: give --round or --protocol, not both.")
-        protocol = _eval_protocol(args.protocol, config.run.env, registry)
+        protocol = registry.protocol(config.run.env, args.protocol)
         layer_: dict[str, dict[str, Any]] = {"env": dict(protocol.env_options)}
         if protocol.env is not None:
             layer_["run"] = {"env": protocol.env}
@@ -390,25 +390,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         shown = "not reported by the env" if score is None else f"{score:.4f}"
         print(f"{protocol.description} ({len(result.returns)} episodes): score {shown}")
     return 0
-
-
-def _eval_protocol(name: str, env_id: str, registry: Registry) -> EvalProtocol:
-    """The evaluation protocol ``name`` of ``env_id``'s family; a clear error naming the ones
-    there are."""
-    spec = registry.env_for(env_id)
-    found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
-    if name in found:
-        return found[name]
-    if not found:
-        raise ConfigError(
-            f"--protocol {name}: the env {env_id!r} has no evaluation protocols (env family "
-            f"{spec.name!r}); they come with competition envs (e.g. MyoChallenge ids such as "
-            f"myoChallengeDieReorientP1-v0). Drop --protocol to evaluate on the run's env."
-        )
-    raise ConfigError(
-        f"--protocol {name}: {env_id!r} has the protocols {', '.join(sorted(found))}."
-        f"{did_you_mean(name, found)}"
-    )
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from harness.errors import PluginError, did_you_mean
+from harness.errors import ConfigError, PluginError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -357,6 +357,25 @@ class Registry:
     """From ``harness_register_competitions``."""
     commands: Table[CommandSpec] = field(default_factory=lambda: Table("command"))
     """From ``harness_register_commands``."""
+
+    def protocol(self, env_id: str, name: str) -> EvalProtocol:
+        """The evaluation protocol ``name`` of ``env_id`` (its env family's
+        :attr:`EnvSpec.protocols`); a clear error naming the ones there are."""
+        spec = self.env_for(env_id)
+        found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
+        if name in found:
+            return found[name]
+        if not found:
+            raise ConfigError(
+                f"--protocol {name}: the env {env_id!r} has no evaluation protocols (env "
+                f"family {spec.name!r}); they come with competition envs (e.g. MyoChallenge "
+                f"ids such as myoChallengeDieReorientP1-v0). Drop --protocol to evaluate on "
+                f"the run's env."
+            )
+        raise ConfigError(
+            f"--protocol {name}: {env_id!r} has the protocols {', '.join(sorted(found))}."
+            f"{did_you_mean(name, found)}"
+        )
 
     def env_for(self, env_id: str) -> EnvSpec:
         """The first env family that accepts ``env_id`` (fallback families last); a clear
