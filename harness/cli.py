@@ -7,10 +7,14 @@ This module is the presentation layer: it parses arguments, builds a plugin mana
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
+import re
+import shlex
 import sys
 import textwrap
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.plugins = [*args.plugins_top, *getattr(args, "plugins", [])]
+    args.argv = argv  # (harness eval records the command that reproduces it)
     logging.basicConfig(
         level=logging.DEBUG
         if args.verbose > 1
@@ -241,7 +246,8 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
     ev.add_argument(
         "--episodes",
         type=int,
-        help="episodes to run (default 20, or the number the --protocol's challenge used)",
+        help="episodes to run (default 20, 3 with --video, or the number the --protocol's "
+        "challenge used)",
     )
     ev.add_argument("--seed", type=int, default=12345, help="env seed for evaluation")
     ev.add_argument(
@@ -264,6 +270,18 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         metavar="NAME",
         help="a competition's evaluation protocol for the run's env (e.g. 'official': a "
         "MyoChallenge's phase-2 settings and episode count); prints the challenge's score",
+    )
+    ev.add_argument(
+        "--video",
+        action="store_true",
+        help="film every evaluated episode (one env, episodes in sequence): "
+        "RUN/videos/CHECKPOINT[-PROTOCOL].mp4, a small .gif and a -filmstrip.png of the first "
+        "episode (docs/video.md)",
+    )
+    ev.add_argument(
+        "--fps",
+        type=float,
+        help="--video: frames per second of the films (default: the env's render_fps, else 30)",
     )
     ev.set_defaults(func=cmd_eval)
 
@@ -358,6 +376,7 @@ def _toml_literal(value: Any) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     from harness.runtime.run import evaluate, load_agent
 
+    _check_eval_flags(args)
     _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
     extra = None
     if args.round is not None:
@@ -374,9 +393,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
             layer_["run"] = {"env": protocol.env}
         extra = (layer_, f"--protocol {args.protocol}")
         config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
-    episodes = args.episodes or (protocol.episodes if protocol is not None else 20)
+    default = protocol.episodes if protocol is not None else 3 if args.video else 20
+    episodes = args.episodes or default
     agent = load_agent(config, registry, ckpt)
-    result = evaluate(agent, config, registry, episodes, seed=args.seed)
+    run_dir = ckpt.parent.parent  # (RUN/checkpoints/step_N)
+    files, video_error = None, None
+    if args.video:
+        name = ckpt.name + (f"-{protocol.name}" if protocol is not None else "")
+        try:
+            files, result = _filmed_evaluation(
+                agent, config, registry, episodes, args, run_dir / "videos" / name
+            )
+        except HarnessError as exc:  # the evaluation itself is not lost: run it without frames
+            video_error = exc
+    if files is None:
+        result = evaluate(agent, config, registry, episodes, seed=args.seed)
     print(
         f"{config.run.algo} on {config.run.env} from {ckpt}: mean return {result.mean:.2f} "
         f"+/- {result.std:.2f} over {len(result.returns)} episodes "
@@ -385,11 +416,127 @@ def cmd_eval(args: argparse.Namespace) -> int:
     means = result.metric_means()
     if means:  # the env's episode metrics (a competition's official score, its fall rate)
         print("  " + ", ".join(f"{name} {value:.3f}" for name, value in sorted(means.items())))
+    score = protocol.score_of(result.metrics) if protocol is not None else means.get("score")
     if protocol is not None:
-        score = protocol.score_of(result.metrics)
         shown = "not reported by the env" if score is None else f"{score:.4f}"
         print(f"{protocol.description} ({len(result.returns)} episodes): score {shown}")
+    if files is not None:
+        for path in (files.mp4, files.gif, files.filmstrip):
+            if path is not None:
+                print(f"wrote {path}")
+    record = {
+        "config": config,
+        "checkpoint": ckpt,
+        "protocol": protocol.name if protocol is not None else None,
+        "score": score,
+    }
+    _append_evaluation(run_dir, record, result, args, files)
+    if video_error is not None:
+        raise video_error
     return 0
+
+
+def _check_eval_flags(args: argparse.Namespace) -> None:
+    """Refuse bad ``harness eval`` numbers before anything is loaded."""
+    if args.episodes is not None and args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes}: evaluate 1 or more episodes.")
+    if args.fps is not None:
+        if not args.video:
+            raise ConfigError("--fps sets the frame rate of the films: give --video too.")
+        if not (math.isfinite(args.fps) and args.fps > 0):
+            raise ConfigError(
+                f"--fps {args.fps:g}: frames per second must be a number > 0 (e.g. --fps 30); "
+                f"leave it out for the env's own rate."
+            )
+
+
+def _filmed_evaluation(
+    agent: Any,
+    config: Any,
+    registry: Any,
+    episodes: int,
+    args: argparse.Namespace,
+    base: Path,
+) -> tuple[Any, Any]:
+    """``evaluate`` on one rendering env with every episode filmed into ``base``.mp4 (+ .gif,
+    -filmstrip.png); returns the files and the evaluation."""
+    from harness.runtime.run import evaluate
+    from harness.video import EpisodeRecorder
+
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--video: cannot write the films to {base.parent}: {exc}.") from None
+    recorder = EpisodeRecorder(base, episodes=episodes, fps=args.fps, env_id=config.run.env)
+    try:
+        result = evaluate(agent, config, registry, episodes, seed=args.seed, recorder=recorder)
+        return recorder.close(), result
+    except BaseException:
+        recorder.abort()
+        raise
+
+
+EVALUATIONS = "evaluations.jsonl"
+"""The file of a run directory that every ``harness eval`` appends one JSON line to (what
+``harness report`` tabulates)."""
+
+
+def _append_evaluation(
+    run_dir: Path,
+    record: Mapping[str, Any],
+    result: Any,
+    args: argparse.Namespace,
+    files: Any,
+) -> None:
+    """One line of ``RUN/evaluations.jsonl`` for this evaluation (a run directory that cannot
+    be written is warned about, the evaluation stands)."""
+    config, ckpt = record["config"], record["checkpoint"]
+
+    def rel(path: Path | None) -> str | None:
+        if path is None:
+            return None
+        try:
+            return str(path.relative_to(run_dir))
+        except ValueError:
+            return str(path)
+
+    def number(value: Any) -> float | None:
+        return float(value) if value is not None and math.isfinite(value) else None
+
+    found = re.fullmatch(r"step_(\d+)", ckpt.name)
+    step = int(found.group(1)) if found else None
+    if step is None:
+        from harness.checkpoint import read_meta
+
+        step = int(read_meta(ckpt).get("step", 0))
+    line = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "checkpoint": rel(ckpt),
+        "step": step,
+        "env": config.run.env,
+        "algo": config.run.algo,
+        "protocol": record["protocol"],
+        "episodes": len(result.returns),
+        "seed": args.seed,
+        "mean_return": number(result.mean),
+        "std_return": number(result.std),
+        "returns": [float(r) for r in result.returns],
+        "lengths": [int(n) for n in result.lengths],
+        "metrics": {k: number(v) for k, v in sorted(result.metric_means().items())},
+        "score": number(record["score"]),
+        "video": rel(files.mp4) if files is not None else None,
+        "gif": rel(files.gif) if files is not None else None,
+        "filmstrip": rel(files.filmstrip) if files is not None else None,
+        "command": shlex.join(["harness", *args.argv]),
+    }
+    try:
+        with open(run_dir / EVALUATIONS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    except OSError as exc:
+        print(
+            f"harness: warning: could not record the evaluation in {run_dir / EVALUATIONS}: {exc}",
+            file=sys.stderr,
+        )
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -72,6 +72,10 @@ EXTRAS: dict[str, str] = {
     "myosuite": "myo",
     "onnx": "onnx",
     "onnxruntime": "onnx",
+    "imageio": "video",
+    "imageio_ffmpeg": "video",
+    "PIL": "video",
+    "pygame": "video",
     "pynvml": "gpu-monitor",
 }
 """Which extra installs a module; keep in step with setup.cfg's ``[options.extras_require]``

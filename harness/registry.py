@@ -113,6 +113,12 @@ class EnvSpec:
     protocols: Callable[[str], Mapping[str, EvalProtocol]] | None = None
     """``protocols(env_id) -> {name: EvalProtocol}``: the competition evaluation protocols of
     an env id (none for most envs), for ``harness eval --protocol``."""
+    render_modes: tuple[str, ...] = ()
+    """The render modes :attr:`make_env` accepts as a keyword ``render_mode=`` (``harness eval
+    --video``). With ``"rgb_array"`` the vector env's ``render()`` returns one ``(H, W, 3)``
+    uint8 frame per env, the same shape at every call (gymnasium's vector convention); an id
+    that cannot render raises ``ConfigError`` from :attr:`make_env` saying what is missing.
+    Families that declare none are never passed ``render_mode``."""
     fallback: bool = False
     """A generic family (gymnasium's: any id in gymnasium's registry), asked only after every
     other family declined. A specific family whose ids also land in gymnasium's registry once

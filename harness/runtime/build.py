@@ -227,15 +227,38 @@ def _check_farm(config: Config) -> None:
 # Envs, agents, trackers, run directories
 
 
-def make_envs(config: Config, registry: Registry, num_envs: int, seed: int | None) -> Any:
-    """The vector env of ``config``'s ``run.env`` with ``num_envs`` copies."""
-    spec = registry.env_for(config.run.env)
+def make_envs(
+    config: Config,
+    registry: Registry,
+    num_envs: int,
+    seed: int | None,
+    render_mode: str | None = None,
+) -> Any:
+    """The vector env of ``config``'s ``run.env`` with ``num_envs`` copies; with
+    ``render_mode`` (``"rgb_array"``: ``harness eval --video``) one whose ``render()`` gives a
+    frame per env. ``render_mode`` reaches the family's ``make_env`` only when given, and only
+    for a family that declares it (``EnvSpec.render_modes``): third-party families written
+    before rendering existed never see the keyword."""
+    env_id = config.run.env
+    spec = registry.env_for(env_id)
+    kwargs: dict[str, Any] = {}
+    if render_mode is not None:
+        if render_mode not in spec.render_modes:
+            declared = ", ".join(map(repr, spec.render_modes)) or "none"
+            raise ConfigError(
+                f"The env {env_id!r} cannot render {render_mode!r} frames: its env family "
+                f"{spec.name!r} (plugin {spec.plugin or '?'}) declares no such render mode "
+                f"(EnvSpec.render_modes: {declared}). Evaluate it without --video, or give the "
+                f"family a renderer (docs/video.md, 'Rendering in an env plugin')."
+            )
+        kwargs["render_mode"] = render_mode
     return spec.make_env(
-        config.run.env,
+        env_id,
         num_envs=num_envs,
         seed=seed,
         vector=config.run.vector,
         options=config.env,
+        **kwargs,
     )
 
 

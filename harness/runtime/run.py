@@ -38,6 +38,7 @@ from harness.runtime.farm import FarmCollector
 from harness.runtime.state import RUNNER_STATE, EvalResult, Run, RunResult, runner_state
 from harness.runtime.stepper import EPISODE_METRICS, EnvStepper, Episode, episode_metrics
 from harness.version import __version__
+from harness.video import EpisodeRecorder
 
 # harness.runtime.run held the whole runtime before it was split by job: the names it gave
 # stay importable from here (new code imports them from harness.runtime)
@@ -232,19 +233,33 @@ def _evaluate_and_record(run: Run) -> EvalResult:
 
 
 def evaluate(
-    agent: Agent, config: Config, registry: Registry, episodes: int, *, seed: int
+    agent: Agent,
+    config: Config,
+    registry: Registry,
+    episodes: int,
+    *,
+    seed: int,
+    recorder: EpisodeRecorder | None = None,
+    max_envs: int = 8,
 ) -> EvalResult:
     """Greedy evaluation: exactly ``episodes`` complete episodes, spread over up to 8 envs so
-    short episodes are not over-counted (each env runs its own quota)."""
-    n = max(1, min(8, episodes))
+    short episodes are not over-counted (each env runs its own quota). With ``recorder``
+    (``harness eval --video``) the episodes run one after the other on one env made with
+    ``render_mode="rgb_array"``, and the recorder gets its frames (:mod:`harness.video`);
+    the recorder is not closed here. ``max_envs``: envs at most (1 runs the episodes in
+    sequence like a filmed evaluation: tools/bench_video.py compares the two)."""
+    n = 1 if recorder is not None else max(1, min(max_envs, episodes))
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
-    envs = make_envs(config, registry, n, seed=None)
+    render_mode = "rgb_array" if recorder is not None else None
+    envs = make_envs(config, registry, n, seed=None, render_mode=render_mode)
     # Agent.predict_episodes_ended (per-env greedy state, e.g. a recurrent QMIX agent); any
     # object with a predict() can be evaluated, so the hook stays optional here
     predict_ended = getattr(agent, "predict_episodes_ended", None)
     try:
         obs, _ = envs.reset(seed=seed)
+        if recorder is not None:
+            recorder.start(envs)
         ret = np.zeros(n)
         length = np.zeros(n, dtype=np.int64)
         result = EvalResult([], [])
@@ -252,18 +267,24 @@ def evaluate(
             predict_ended(np.ones(n, bool))
         while (quota > 0).any():
             obs, rewards, terminated, truncated, infos = envs.step(agent.predict(obs))
-            if predict_ended is not None and (terminated | truncated).any():
-                predict_ended(terminated | truncated)
-            ret += team_reward(rewards)
+            done = terminated | truncated
+            if predict_ended is not None and done.any():
+                predict_ended(done)
+            reward = team_reward(rewards)
+            ret += reward
             length += 1
-            for i in np.flatnonzero(terminated | truncated):
+            ended: dict[int, dict[str, float]] = {}
+            for i in np.flatnonzero(done):
+                metrics = ended[int(i)] = episode_metrics(infos, int(i))
                 if quota[i] > 0:
                     result.returns.append(float(ret[i]))
                     result.lengths.append(int(length[i]))
-                    for name, value in episode_metrics(infos, int(i)).items():
+                    for name, value in metrics.items():
                         result.metrics.setdefault(name, []).append(value)
                     quota[i] -= 1
                 ret[i], length[i] = 0.0, 0
+            if recorder is not None:
+                recorder.after_step(envs, float(reward[0]), bool(done[0]), infos, ended.get(0, {}))
         return result
     finally:
         envs.close()

@@ -24,8 +24,14 @@ from harness.testing.algorithm import check_algorithm
 from harness.testing.backend import check_backend
 from harness.testing.common import random_actions as random_actions
 from harness.testing.common import random_observations as random_observations
-from harness.testing.env import check_env
+from harness.testing.env import check_env, check_renderer
 from harness.testing.transport import ConformanceActor as ConformanceActor
 from harness.testing.transport import check_transport
 
-__all__ = ["check_algorithm", "check_backend", "check_env", "check_transport"]
+__all__ = [
+    "check_algorithm",
+    "check_backend",
+    "check_env",
+    "check_renderer",
+    "check_transport",
+]

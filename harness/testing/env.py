@@ -30,6 +30,7 @@ def check_env(
     steps: int = 200,
     seed: int = 0,
     options: Any = None,
+    render: bool = True,
 ) -> None:
     """Check that ``spec`` builds ``env_id`` as a vector env harness's runner can drive.
 
@@ -45,6 +46,10 @@ def check_env(
     and determinism (two envs reset with the same seed give identical
     trajectories for the same actions). At least one episode must end within ``steps`` vector
     steps so the autoreset contract is exercised: raise ``steps`` for long episodes.
+
+    A family that declares ``"rgb_array"`` in ``spec.render_modes`` also has its renderer
+    checked (``harness.testing.env.check_renderer``) unless ``render=False`` (a slow
+    renderer checked elsewhere).
     """
     who = f"env family {spec.name!r}{_owner(spec.plugin)} building {env_id!r}"
     _check(bool(spec.accepts(env_id)), who, f"accepts({env_id!r}) returned False")
@@ -81,6 +86,112 @@ def check_env(
                 f"returned different {name} at step {t}. Seed every random generator from the "
                 f"reset seed (gymnasium: super().reset(seed=seed), then use self.np_random).",
             )
+    if render and "rgb_array" in spec.render_modes:
+        check_renderer(spec, env_id, num_envs=num_envs, steps=steps, seed=seed, options=options)
+
+
+def check_renderer(
+    spec: EnvSpec,
+    env_id: str,
+    *,
+    num_envs: int = 2,
+    steps: int = 200,
+    seed: int = 0,
+    options: Any = None,
+) -> None:
+    """Check ``spec``'s ``rgb_array`` renderer (the render contract, docs/video.md):
+    ``make_env(..., render_mode="rgb_array")`` gives a vector env whose ``render()`` after
+    ``reset`` and after each step returns one ``(H, W, 3)`` uint8 frame per env, of one shape
+    throughout, across an autoreset too (stepping stops two steps after the first episode
+    ends, or fails after ``steps``); a final frame an ending step hands over
+    (``info["final_frame"]``, optional) has that shape too."""
+    who = f"env family {spec.name!r}{_owner(spec.plugin)} rendering {env_id!r}"
+    if options is None and spec.config_cls is not None:
+        options = spec.config_cls()
+    try:
+        envs = spec.make_env(
+            env_id,
+            num_envs=num_envs,
+            seed=seed,
+            vector="sync",
+            options=options,
+            render_mode="rgb_array",
+        )
+    except Exception as exc:
+        _fail(who, f"make_env(..., render_mode='rgb_array') raised {type(exc).__name__}: {exc}")
+    try:
+        info = _check_env_spaces(envs, env_id, num_envs, who)
+        envs.reset(seed=seed)
+        shape = _check_frames(envs.render(), num_envs, None, "render() after reset", who)
+        rng = np.random.default_rng(seed)
+        first_end = None
+        for t in range(steps + 2):  # (the two steps after an episode ending at the last)
+            out = envs.step(_action_batch(info, num_envs, rng))
+            _check_frames(envs.render(), num_envs, shape, f"render() after step {t}", who)
+            done = np.asarray(out[2]) | np.asarray(out[3])
+            if done.any():
+                _check_final_frames(out[4], done, shape, f"step {t}", who)
+                first_end = t if first_end is None else first_end
+            if first_end is not None and t >= first_end + 2:
+                return
+            if first_end is None and t >= steps - 1:
+                break
+        _fail(
+            who,
+            f"no episode ended within {steps} steps under random actions, so rendering across "
+            f"an autoreset went unchecked; pass a larger steps=",
+        )
+    finally:
+        envs.close()
+
+
+def _check_frames(
+    frames: Any, n: int, shape: tuple[int, ...] | None, where: str, who: str
+) -> tuple[int, ...]:
+    """One (H, W, 3) uint8 frame per env, of ``shape`` when given; returns the shape."""
+    _check(
+        frames is not None and hasattr(frames, "__len__") and len(frames) == n,
+        who,
+        f"{where} returned {_short(frames)}: a vector env made with render_mode='rgb_array' "
+        f"returns one frame per env ({n})",
+    )
+    for i, frame in enumerate(frames):
+        what = f"{where}: frame of env {i}"
+        _check(
+            isinstance(frame, np.ndarray)
+            and frame.ndim == 3
+            and frame.shape[2] == 3
+            and frame.dtype == np.uint8,
+            who,
+            f"{what} is {_type_name(frame)}, expected an (H, W, 3) uint8 array",
+        )
+        shape = shape or frame.shape
+        _check(
+            frame.shape == shape,
+            who,
+            f"{what} has shape {frame.shape} after frames of {shape}: keep one frame size "
+            f"(a video needs it)",
+        )
+    assert shape is not None
+    return shape
+
+
+def _check_final_frames(
+    infos: Mapping[str, Any], done: np.ndarray, shape: tuple[int, ...], where: str, who: str
+) -> None:
+    """The optional ``final_frame`` of ending steps: the frames' shape and dtype."""
+    final = infos.get("final_info") if isinstance(infos, Mapping) else None
+    if not isinstance(final, Mapping) or "final_frame" not in final:
+        return
+    mask = np.asarray(final.get("_final_frame", done), bool)
+    for i in np.flatnonzero(done & mask):
+        frame = final["final_frame"][i]
+        _check(
+            isinstance(frame, np.ndarray) and frame.shape == shape and frame.dtype == np.uint8,
+            who,
+            f"{where}: infos['final_info']['final_frame'][{i}] is {_type_name(frame)}, "
+            f"expected a uint8 frame of shape {shape} like render()'s",
+        )
 
 
 def _check_env_spaces(envs: Any, env_id: str, num_envs: int, who: str) -> EnvInfo:

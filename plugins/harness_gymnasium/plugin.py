@@ -8,6 +8,7 @@ harness's runner expects from every env plugin (see harness.testing.check_env).
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,8 +104,13 @@ def make_env(
     seed: int | None = None,
     vector: str = "sync",
     options: GymConfig | None = None,
+    render_mode: str | None = None,
 ) -> Any:
-    """A gymnasium VectorEnv with SAME_STEP autoreset, reset with ``seed`` when given."""
+    """A gymnasium VectorEnv with SAME_STEP autoreset, reset with ``seed`` when given. With
+    ``render_mode="rgb_array"`` its ``render()`` gives one frame per env (Atari: ALE's colour
+    screen, not the 84x84 observation), ending steps carry their final frame
+    (:class:`harness_gymnasium.render.FinalFrame`), and an id that cannot render is refused
+    here (:mod:`harness_gymnasium.render`)."""
     from gymnasium.vector import AutoresetMode
 
     gym = _gym()
@@ -112,9 +118,16 @@ def make_env(
     options = options or GymConfig()
     if vector not in ("sync", "async"):
         raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
+    if render_mode is not None and render_mode not in RENDER_MODES:
+        raise ConfigError(
+            f"render_mode = {render_mode!r}: the gymnasium family renders "
+            f"{', '.join(RENDER_MODES)} (frames, headless) only."
+        )
     make_kwargs = dict(options.kwargs)
     if options.max_episode_steps is not None:
         make_kwargs["max_episode_steps"] = options.max_episode_steps
+    if render_mode is not None:
+        make_kwargs["render_mode"] = render_mode
     atari = options.atari if options.atari is not None else env_id.startswith("ALE/")
     accepts(env_id)  # (registers the ALE and popgym ids when asked for one)
     if env_id.startswith("popgym-") and env_id not in gym.registry:
@@ -124,6 +137,8 @@ def make_env(
 
         if not register_ale():
             raise MissingExtraError("atari", "ale_py", f"the Atari env {env_id!r}")
+    if render_mode is not None:
+        _prepare_render(env_id, render_mode)
     try:
         make_one: Any = functools.partial(gym.make, env_id, **make_kwargs)
         if atari:
@@ -141,6 +156,10 @@ def make_env(
         make_one = functools.partial(_one_hot_discrete, make_one)
         if options.obs_keep:
             make_one = functools.partial(_keep_entries, make_one, tuple(options.obs_keep), env_id)
+        if render_mode is not None:
+            from harness_gymnasium.render import FinalFrame
+
+            make_one = functools.partial(_wrapped, FinalFrame, make_one)
         gym.spec(env_id)  # an unknown id fails here, before any env process starts
         if vector == "sync":  # gymnasium's SyncVectorEnv, with a leaner step (see vector.py)
             from harness_gymnasium.vector import LeanSyncVectorEnv
@@ -151,16 +170,66 @@ def make_env(
                 [make_one] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP
             )
     except TypeError as exc:
+        if render_mode is not None and "render_mode" in str(exc):
+            raise ConfigError(
+                f"The env {env_id!r} cannot render: its constructor takes no render_mode "
+                f"({exc}). Evaluate it without --video."
+            ) from None
         raise ConfigError(f"[env] kwargs {make_kwargs} do not fit {env_id}: {exc}.") from None
     except gym.error.DependencyNotInstalled as exc:  # gymnasium's MuJoCo, Box2D, ... envs
         missing = missing_extra(exc.__cause__ or exc, f"the env {env_id!r}")
         if missing is None:
             raise ConfigError(f"The env {env_id!r} cannot be made here: {exc}") from exc
         raise missing from exc
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        # importing mujoco binds its OpenGL backend from MUJOCO_GL: a backend that cannot
+        # load (osmesa here) fails the import itself, before any frame
+        from harness_gymnasium.render import gl_error
+
+        error = gl_error(exc, env_id)
+        if error is None:
+            raise
+        raise error from exc
+    if render_mode is not None:
+        from harness_gymnasium.render import probe_render
+
+        if atari:  # an agent step is frame_skip (4) emulator frames of ALE's 60 per second
+            envs.metadata["render_fps"] = 60 / 4
+        probe_render(envs, env_id, seed)  # (it resets with seed)
     if seed is not None:
-        envs.reset(seed=seed)
+        if render_mode is None:
+            envs.reset(seed=seed)
         envs.action_space.seed(seed)
     return envs
+
+
+RENDER_MODES = ("rgb_array",)
+"""What ``make_env(render_mode=...)`` takes (``EnvSpec.render_modes``): frames; 'human' would
+open a window."""
+
+
+def _prepare_render(env_id: str, render_mode: str) -> None:
+    """Before any env is built for frames: refuse an id that declares no such render mode,
+    and give MuJoCo envs a headless OpenGL backend. gymnasium's MuJoCo renderer reads
+    ``MUJOCO_GL`` when it makes its context, at the first ``render()``; ``egl`` works here
+    (through Mesa), ``osmesa`` failed, glfw needs a display. A value the user set stands."""
+    from harness_gymnasium.render import check_render_mode
+
+    check_render_mode(env_id, render_mode)
+    entry = _gym().spec(env_id).entry_point
+    where = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if "mujoco" in where:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    # pygame (classic control) draws into an off-screen surface, but its init() still probes
+    # a display and sound card and prints SDL's "XDG_RUNTIME_DIR is invalid" on a headless
+    # machine; the dummy drivers make no window and print nothing
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+
+def _wrapped(wrapper: Any, make_one: Any) -> Any:
+    """``wrapper(make_one())``: a wrapper applied in each env slot (picklable for async)."""
+    return wrapper(make_one())
 
 
 def _one_hot_discrete(make_one: Any) -> Any:
@@ -208,6 +277,7 @@ def harness_register_envs() -> list[EnvSpec]:
             accepts=accepts,
             config_cls=GymConfig,
             known_ids=known_ids,
+            render_modes=RENDER_MODES,
             fallback=True,  # MyoSuite's ids are in gymnasium's registry too, once imported
             description="any id in gymnasium's registry (classic control, box2d, mujoco, ale) "
             "and harness/Delay-v0 (fixed step latency, for farm benchmarks)",

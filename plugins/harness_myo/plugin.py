@@ -27,6 +27,7 @@ brings MyoSuite itself (tools/dev.sh does both).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -221,11 +222,22 @@ def make_env(
     seed: int | None = None,
     vector: str = "sync",
     options: MyoConfig | None = None,
+    render_mode: str | None = None,
 ) -> Any:
     """A vector env of ``num_envs`` MyoSuite envs with SAME_STEP autoreset, reset with ``seed``
     when given. Refuses ids that need a download (:data:`NEEDS_DOWNLOAD`) before building
-    anything."""
+    anything. ``render_mode="rgb_array"`` (``harness eval --video``; the same as ``[env]
+    render_mode``) gives frames of MyoSuite's own ``render()``: 640x480, its free camera or
+    the task's ``render_camera``, offscreen through EGL; an OpenGL context that cannot be
+    made is refused here, naming ``MUJOCO_GL``."""
     options = options or MyoConfig()
+    if render_mode is not None:
+        if render_mode not in RENDER_MODES:
+            raise ConfigError(
+                f"render_mode = {render_mode!r}: the myo family renders "
+                f"{', '.join(RENDER_MODES)} (frames, headless) only."
+            )
+        options = dataclasses.replace(options, render_mode=render_mode)
     if vector not in ("sync", "async"):
         raise ConfigError(f"[run] vector = {vector!r} must be 'sync' or 'async'.")
     reason = _download_reason(env_id)
@@ -247,7 +259,8 @@ def make_env(
 
     from harness_gymnasium.vector import LeanSyncVectorEnv
 
-    fns = [functools.partial(make_one, env_id, options)] * num_envs
+    one = _make_framed if render_mode is not None else make_one
+    fns = [functools.partial(one, env_id, options)] * num_envs
     try:
         if vector == "sync":
             envs: Any = LeanSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -255,10 +268,38 @@ def make_env(
             envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     except TypeError as exc:  # a constructor option the env does not have
         raise ConfigError(f"[env] kwargs {options.kwargs} do not fit {env_id}: {exc}.") from None
-    if seed is not None:
+    if render_mode is not None:
+        from harness_gymnasium.render import probe_render
+
+        probe_render(envs, env_id, seed)  # (it resets with seed)
+    elif seed is not None:
         envs.reset(seed=seed)
+    if seed is not None:
         envs.action_space.seed(seed)
     return envs
+
+
+RENDER_CAMERAS = {"myoChallengeDieReorient": "plam_lookat", "myoChallengeOslRun": "side_view"}
+"""The model camera films use, by task (id prefix): MyoSuite's free camera frames the whole
+scene, where the hand and die are a few pixels (Die Reorient) and the runner leaves the view.
+Chosen by eye among each model's cameras; MyoSuite's free camera for other tasks."""
+
+
+def _make_framed(env_id: str, options: MyoConfig) -> Any:
+    """:func:`make_one` filmed through the task's camera (:data:`RENDER_CAMERAS`), whose
+    ending steps carry the frame they ended on (``harness eval --video``;
+    :class:`harness_gymnasium.render.FinalFrame`)."""
+    from harness_gymnasium.render import FinalFrame
+
+    env = make_one(env_id, options)
+    base = env.unwrapped
+    camera = next((c for p, c in RENDER_CAMERAS.items() if env_id.startswith(p)), None)
+    if camera is not None and hasattr(base, "render_camera"):
+        import mujoco  # type: ignore[import-untyped, unused-ignore]
+
+        if mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) >= 0:
+            base.render_camera = camera  # (read by MyoSuite's render() at its first frame)
+    return FinalFrame(env)
 
 
 CURRICULUM_MERGE = ("kwargs",)
@@ -290,6 +331,7 @@ def harness_register_envs() -> list[EnvSpec]:
             config_cls=MyoConfig,
             known_ids=known_ids,
             protocols=protocols,
+            render_modes=RENDER_MODES,
             description="MyoSuite's musculoskeletal envs on MuJoCo, the NeurIPS MyoChallenge "
             "tasks among them (harness[myo])",
         )
