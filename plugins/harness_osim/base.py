@@ -15,7 +15,11 @@ makes identical:
   check, and the simulator-failure path: the episode ends as truncated with reward 0, the last
   good observation and ``info["sim_error"]``, and further steps repeat that until reset.
 * The accessors :meth:`~CompetitionEnv.state_desc`, :meth:`~CompetitionEnv.prev_state_desc`,
-  :meth:`~CompetitionEnv.activations` and :meth:`~CompetitionEnv.close`.
+  :meth:`~CompetitionEnv.activations`, :attr:`~CompetitionEnv.episode_score`,
+  :attr:`~CompetitionEnv.sim_failure` and :meth:`~CompetitionEnv.close`.
+* Rendering: with ``render_mode = "rgb_array"`` (set after construction, as
+  ``harness_osim.plugin.make_env`` does), :meth:`~CompetitionEnv.render` draws the current state
+  (:mod:`harness_osim.render`).
 
 The rules themselves stay in the subclasses, through a few hooks: which options there are and
 how each is checked (:meth:`~CompetitionEnv._check_rule_option`) and applied
@@ -65,6 +69,10 @@ class CompetitionEnv(gym.Env[np.ndarray, np.ndarray]):
     """The options :meth:`configure` may change between episodes, in the order messages list
     them."""
 
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 50}  # noqa: RUF012
+    """One frame per 0.01 s step played at 50 fps: half speed, which shows a gait cycle well
+    (100 fps is past what GIF players honour: browsers slow frame delays under 20 ms to 100 ms)."""
+
     time_limit: int
     _obs: np.ndarray
 
@@ -82,6 +90,8 @@ class CompetitionEnv(gym.Env[np.ndarray, np.ndarray]):
         self._prev_desc: dict[str, Any] | None = None
         self._failure: str | None = None
         self._needs_reset = True
+        self._score = 0.0
+        self._renderer: Any = None
 
     # -- options -------------------------------------------------------------------------------
     def configure(self, **changes: Any) -> None:
@@ -159,6 +169,7 @@ class CompetitionEnv(gym.Env[np.ndarray, np.ndarray]):
         self.sim.actuate(np.zeros(self.sim.n_muscles))
         self.sim.reset(self._reset_pose())
         self._failure = None
+        self._score = 0.0
         self._prev_desc = None
         self._desc, info = self._first_state()
         self._obs = self._observe(self._desc)
@@ -172,13 +183,27 @@ class CompetitionEnv(gym.Env[np.ndarray, np.ndarray]):
         if self._failure is not None:
             return self._failed_step()
         try:
-            return self._advance(excitation)
+            result = self._advance(excitation)
+            self._score += result[1]
+            return result
         except SimulationError as exc:
             self._failure = str(exc)
             logging.getLogger(type(self).__module__).warning(
                 "%s episode ended by a simulator failure: %s", self.env_id, self._failure
             )
             return self._failed_step()
+
+    def render(self) -> np.ndarray | None:
+        """With ``render_mode == "rgb_array"``: a ``(360, 640, 3)`` uint8 drawing of the current
+        state (:mod:`harness_osim.render`); otherwise None (gymnasium's default)."""
+        if self.render_mode != "rgb_array":
+            return None
+        if self._renderer is None:
+            from harness_osim.render import GaitRenderer
+
+            self._renderer = GaitRenderer.of(self)
+        frame: np.ndarray = self._renderer.render(self)
+        return frame
 
     def close(self) -> None:
         """Drop the integrator; the env can still be reset (nothing else holds resources)."""
@@ -194,6 +219,16 @@ class CompetitionEnv(gym.Env[np.ndarray, np.ndarray]):
     def prev_state_desc(self) -> dict[str, Any] | None:
         """The state dictionary before the last step (None right after reset)."""
         return self._prev_desc
+
+    @property
+    def episode_score(self) -> float:
+        """The official rewards of this episode so far, summed (a failed step adds 0)."""
+        return self._score
+
+    @property
+    def sim_failure(self) -> str | None:
+        """Why the simulator failed this episode, or None."""
+        return self._failure
 
     def target_velocity(self) -> np.ndarray:
         """Hook: the target velocity (ground frame, shape (3,)) the last step's reward compared

@@ -244,10 +244,43 @@ def _log_sim_error(reason: str) -> None:
         _last_logged[0], _last_logged[1] = now, 0
 
 
-def make_one(env_id: str, options: OsimConfig) -> Any:
-    """One wrapped competition env (what each slot of the vector env holds)."""
+RENDER_MODES = ("rgb_array",)
+"""What ``make_env(render_mode=...)`` accepts: frames drawn by :mod:`harness_osim.render`."""
+MAX_RENDER_FPS = 50.0
+"""Frames are one per agent step; played in real time up to this rate (a 0.01 s step with
+frame_skip 1 plays at half speed: 100 fps is past what GIF players honour)."""
+
+
+def make_one(env_id: str, options: OsimConfig, render_mode: str | None = None) -> Any:
+    """One wrapped competition env (what each slot of the vector env holds); with
+    ``render_mode="rgb_array"`` its ``render()`` draws the current state and the step that
+    ends an episode hands over the drawing of its last state (``info["final_frame"]``)."""
     family = IDS[env_id]
-    return CompetitionWrapper(_build_base(family, options), family, options)
+    base = _build_base(family, options)
+    base.render_mode = render_mode
+    wrapper = CompetitionWrapper(base, family, options)
+    if render_mode is None:
+        return wrapper
+    from harness_gymnasium.render import FinalFrame
+
+    step = base.sim.step_size * options.frame_skip
+    wrapper.metadata = {**base.metadata, "render_fps": min(MAX_RENDER_FPS, 1.0 / step)}
+    # the frame of the state an episode ended in, before SAME_STEP autoreset replaces it
+    return FinalFrame(wrapper)
+
+
+def _check_render_mode(env_id: str, render_mode: str | None) -> None:
+    if render_mode is None:
+        return
+    if render_mode not in RENDER_MODES:
+        raise ConfigError(
+            f"{env_id} cannot render with render_mode={render_mode!r}: the OpenSim envs draw "
+            f"frames only as {', '.join(map(repr, RENDER_MODES))} (there is no window to show "
+            f"them in)."
+        )
+    from harness_osim.render import require_pillow
+
+    require_pillow()
 
 
 def make_env(
@@ -257,15 +290,19 @@ def make_env(
     seed: int | None = None,
     vector: str = "sync",
     options: OsimConfig | None = None,
+    render_mode: str | None = None,
 ) -> Any:
-    """A vector env of ``num_envs`` competition envs with SAME_STEP autoreset."""
+    """A vector env of ``num_envs`` competition envs with SAME_STEP autoreset; with
+    ``render_mode="rgb_array"``, ``render()`` returns one drawing per env (``(360, 640, 3)``
+    uint8, :mod:`harness_osim.render`)."""
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
     from harness_gymnasium.vector import LeanSyncVectorEnv
 
+    _check_render_mode(env_id, render_mode)
     if options is None:
         options = ProstheticsConfig() if IDS[env_id] == "prosthetics" else L2MConfig()
-    fns = [functools.partial(make_one, env_id, options)] * num_envs
+    fns = [functools.partial(make_one, env_id, options, render_mode)] * num_envs
     if vector == "sync":
         envs: Any = LeanSyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif vector == "async":
@@ -310,6 +347,7 @@ def harness_register_envs() -> list[EnvSpec]:
             config_cls=config_cls,
             known_ids=functools.partial(list, (env_id,)),
             description=f"{title} on OpenSim 4.6 (harness[osim])",
+            render_modes=RENDER_MODES,
         )
         for family, env_id, config_cls, title in FAMILIES
     ]
