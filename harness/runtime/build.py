@@ -6,9 +6,12 @@ trackers, the run directory, and checkpoint loading for resume, ``run.init_from`
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
+import shlex
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -330,6 +333,32 @@ def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int)
 # Runs and checkpoints
 
 
+def launch_command(argv: list[str] | None = None) -> str:
+    """The shell-quoted command line that started this process (``sys.argv`` by default), for
+    run.json: ``harness report`` shows it beside ``harness run RUN/config.toml`` so a reader sees
+    how the run was launched (overrides, flags). The console script's absolute path (a venv's
+    ``.../bin/harness``) is shortened to ``harness`` so the command works on another machine."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]) if argv else Path()
+    if script.name == "harness" or script.parts[-2:] == ("harness", "__main__.py"):
+        argv[0] = "harness"  # the console script, or `python -m harness`
+    return shlex.join(argv)
+
+
+def command_record(resume: Path | None) -> dict[str, str]:
+    """run.json's ``"command"``: this process's command line; on ``--resume`` the command that
+    started the run is kept and this one is added as ``"resumed_with"``."""
+    now = launch_command()
+    if resume is not None:
+        try:
+            first = json.loads((resume / "run.json").read_text(encoding="utf-8")).get("command")
+        except (OSError, ValueError, AttributeError):
+            first = None
+        if isinstance(first, str) and first:
+            return {"command": first, "resumed_with": now}
+    return {"command": now}
+
+
 def build_run(
     config: Config,
     registry: Registry,
@@ -373,7 +402,11 @@ def build_run(
         plugins = {
             n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
         }
-        write_resolved(config, run_dir, {"harness": __version__, "plugins": plugins})
+        write_resolved(
+            config,
+            run_dir,
+            {"harness": __version__, "plugins": plugins, **command_record(resume)},
+        )
         if ckpt is None and config.run.init_from:
             init_agent_from(agent, config.run, Path(config.run.init_from))
         start, state = 0, {}

@@ -1,0 +1,122 @@
+"""Headless Chromium for the browser tests (the report page; the monitor's tests keep their own
+copy in tests/distributed/test_monitor.py for now).
+
+``chromium_binary()`` finds the browser ($HARNESS_CHROMIUM, else PATH), running
+``tools/install_chromium.sh`` once when it is missing, and skips the test only if it is still
+missing. ``open_page()`` runs one headless Chromium with the network refused (a dead proxy, a
+resolver that resolves nothing), its own process group (killed if it overruns) and a throwaway
+profile. Set ``HARNESS_ARTIFACTS=DIR`` to keep screenshots there as well as under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INSTALL_SCRIPT = REPO / "tools" / "install_chromium.sh"
+BROWSER_TIMEOUT_S = 90.0
+OFFLINE = (
+    "--proxy-server=127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _find() -> str | None:
+    override = os.environ.get("HARNESS_CHROMIUM")
+    if override:
+        return shutil.which(override) or (override if os.access(override, os.X_OK) else None)
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@cache
+def _install_note() -> str:
+    if not INSTALL_SCRIPT.exists():
+        return "tools/install_chromium.sh is missing"
+    try:
+        r = subprocess.run(
+            ["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "tools/install_chromium.sh did not finish within 600 s"
+    return (r.stdout + r.stderr)[-600:].strip()
+
+
+def chromium_binary() -> str:
+    """The browser, or a skip that says how to install it."""
+    found = _find()
+    if found:
+        return found
+    note = _install_note()
+    found = _find()
+    if found:
+        return found
+    pytest.skip(
+        "chromium is not installed and could not be installed here (run "
+        f"tools/install_chromium.sh, or set HARNESS_CHROMIUM): {note}"
+    )
+
+
+def open_page(
+    binary: str, tmp_path: Path, url: str, *mode: str, budget_ms: int = 5000
+) -> subprocess.CompletedProcess[str]:
+    """One offline headless Chromium run on ``url`` (``mode``: --dump-dom, --screenshot=...)."""
+    profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
+    cmd = [
+        binary,
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-extensions",
+        "--hide-scrollbars",
+        "--mute-audio",
+        "--autoplay-policy=no-user-gesture-required",
+        *OFFLINE,
+        f"--user-data-dir={profile}",
+        f"--virtual-time-budget={budget_ms}",
+        *mode,
+        url,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=BROWSER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        pytest.fail(f"chromium did not finish within {BROWSER_TIMEOUT_S} s: {err[-2000:]}")
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # helpers left in the group it led
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {err[-2000:]}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def check_screenshot(shot: Path, min_bytes: int = 5000) -> None:
+    """``shot`` is a PNG with more than a blank page in it; kept under $HARNESS_ARTIFACTS."""
+    assert shot.exists(), "chromium wrote no screenshot"
+    assert shot.read_bytes()[:8] == PNG_MAGIC
+    assert shot.stat().st_size > min_bytes, "the screenshot looks blank"
+    artifacts = os.environ.get("HARNESS_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(shot, Path(artifacts) / shot.name)
