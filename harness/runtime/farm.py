@@ -231,6 +231,7 @@ class FarmCollector(Collector):
         self._device_at = -1e9  # when the learner's device stats were last looked up
         self._device: dict[str, float] = {}
         self.lags: list[int] = []
+        self._scores: deque[float] = deque(maxlen=20)  # the newest episodes' official scores
         self._stepped = 0  # env steps in the rollouts received since the last metrics
         self._stepping = 0.0  # actor seconds spent in those rollouts
         self._between = 0.0  # ... and between rollouts (reply, request, waiting for us)
@@ -394,11 +395,15 @@ class FarmCollector(Collector):
 
     # -- the collector interface ---------------------------------------------------------
     def collect(self, run: Run, finished: list[Episode]) -> None:
+        before = len(finished)
         if self.stream:
             self._stream(run, finished)
-            return
-        chunks = [self._next_chunk(slot) for slot in self.slots]
-        self._observe(run, chunks, self.config.run.num_envs, finished)
+        else:
+            chunks = [self._next_chunk(slot) for slot in self.slots]
+            self._observe(run, chunks, self.config.run.num_envs, finished)
+        for _, _, episode_metrics in finished[before:]:  # the official score, for the monitor
+            if "score" in episode_metrics:
+                self._scores.append(float(episode_metrics["score"]))
 
     def after_learn(self, run: Run) -> dict[str, float]:
         self.version += 1
@@ -427,7 +432,13 @@ class FarmCollector(Collector):
                 "policy_lag": metrics["farm/policy_lag"],
                 "inbox": metrics["farm/inbox"],
                 "dropped": metrics["farm/lost_rollouts"],
+                # the cluster monitor's live charts: a point per new step
+                "step": run.step,
             }
+            if run.recent:
+                shown["episode_return"] = run.recent_return
+            if self._scores:
+                shown["score"] = float(np.mean(self._scores))
             self.reporter.report_metrics({**shown, **self._learner_device(run)})
         return metrics
 

@@ -66,12 +66,19 @@ IPC_PATH_MAX = 100
 
 
 def actor_main(
-    request: dict[str, Any], ready_fd: int, sentinel_fd: int, workdir: str, launcher_pid: int
+    request: dict[str, Any],
+    ready_fd: int,
+    sentinel_fd: int,
+    workdir: str,
+    launcher_pid: int,
+    output_fd: int | None = None,
 ) -> int:
     zygote_pid = int(request["zygote_pid"])
     set_pdeathsig()
     if os.getppid() != zygote_pid:  # the zygote died before the death signal was armed
         return 1
+    if output_fd is not None:
+        _capture_output(output_fd)
     set_name(f"harness-{request['actor_id']}")
     # sentinel_fd stays open until this process exits: the launcher's end turns readable then
     # (both descriptors were made non-inheritable by the zygote)
@@ -163,6 +170,22 @@ def actor_main(
             guard.close()
             context.destroy(linger=0)
     return 0
+
+
+def _capture_output(fd: int) -> None:
+    """Make ``fd`` (the launcher's per-actor pipe) this process's stdout and stderr: C-level
+    writes of a simulator, Python's prints and warnings and a crash's traceback all go there.
+    Python's stdout becomes line-buffered (a pipe would otherwise buffer 8 KiB, and a process
+    ending with ``os._exit`` or a signal would lose the last lines, the ones that say why)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()  # nothing of the zygote's goes into this actor's log
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 def _safe_text(value: object, limit: int = _MAX_TEXT) -> str:

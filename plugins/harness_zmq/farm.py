@@ -1,6 +1,6 @@
 """The embedded local farm: actors on this machine, started by an
 :class:`~harness_zmq.launcher.ActorLauncher` on 127.0.0.1, and a thread watching their
-sentinels (an actor whose process exits is lost at once).
+sentinels (an actor whose process exits is lost at once, with its last lines of output).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from multiprocessing.connection import wait as wait_handles
 from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
+from harness_zmq.capture import with_last_output
 from harness_zmq.handle import ZmqActor
 from harness_zmq.launcher import ActorLauncher, ActorProcess
 from harness_zmq.wakeup import WakePipe
@@ -35,8 +36,16 @@ class LocalFarm:
 
     def __init__(self, client: ZmqClient, keys: Keys | None, options: ZmqOptions) -> None:
         self.client = client
+        # actors' output is captured (a lost actor's last lines go into its ActorLost) and
+        # echoed to this process's stderr, where it went before capture
         self.launcher = ActorLauncher(
-            "127.0.0.1", keys, options.preload, nice=options.actor_nice, ipc=options.local_ipc
+            "127.0.0.1",
+            keys,
+            options.preload,
+            nice=options.actor_nice,
+            ipc=options.local_ipc,
+            capture_logs=True,
+            echo_logs=True,
         )
         cpus = options.cpus
         self.cpus_total = float(cpus if cpus else (os.cpu_count() or 1))
@@ -143,7 +152,8 @@ class LocalFarm:
                     if actor is None or proc is None or proc.is_alive():
                         continue  # a descriptor closed and reused meanwhile
                     del self._watch[fd]
-                actor._lost(f"its process exited (exit code {proc.exitcode})")
+                reason = f"its process exited (exit code {proc.exitcode})"
+                actor._lost(with_last_output(reason, self.launcher.last_output(actor.actor_id)))
 
     def close(self) -> None:
         with self._lock:

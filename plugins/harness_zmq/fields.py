@@ -22,6 +22,7 @@ __all__ = [
     "int_field",
     "memory_field",
     "number_field",
+    "output_chunks",
     "payload_map",
     "plain_number",
     "reported_actor",
@@ -149,3 +150,35 @@ def reported_actor(a: Any) -> dict[str, Any]:
         "client_host": text_field(a, "client_host", ""),
         "client_pid": int_field(a, "client_pid", 0),
     }
+
+
+MAX_OUTPUT_CHUNKS = 4096
+"""The most actors' output chunks one worker heartbeat may carry."""
+MAX_OUTPUT_CHARS = 64 * 1024
+"""The longest output chunk of one actor in one heartbeat (workers send at most 4 KiB)."""
+
+
+def output_chunks(value: Any) -> list[tuple[str, int, int, str]]:
+    """The ``logs`` of a worker heartbeat: ``[actor_id, start, end, text]`` items (byte
+    offsets into the actor's output, ``start <= end``)."""
+    if not isinstance(value, list) or len(value) > MAX_OUTPUT_CHUNKS:
+        raise MalformedFrame(f"heartbeat 'logs' must be a list of at most {MAX_OUTPUT_CHUNKS}")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 4:
+            raise MalformedFrame("a 'logs' item must be [actor_id, start, end, text]")
+        actor_id, start, end, text = item
+        if (
+            not isinstance(actor_id, str)
+            or not 0 < len(actor_id) <= 128
+            or not isinstance(text, str)
+            or len(text) > MAX_OUTPUT_CHARS
+        ):
+            raise MalformedFrame("a 'logs' item has the wrong types")
+        for offset in (start, end):
+            if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 2**62:
+                raise MalformedFrame("'logs' offsets must be ints >= 0")
+        if start > end:
+            raise MalformedFrame("a 'logs' item ends before it starts")
+        out.append((actor_id, start, end, text))
+    return out

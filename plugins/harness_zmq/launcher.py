@@ -22,6 +22,12 @@ status; a zygote that died is replaced by the next ``start``.
 every second as a fallback); the zygote kills its actors and exits when the launcher closes or
 its process dies (end of file on the socket pair, plus a parent-pid check).
 
+**Output.** With ``capture_logs=True`` each actor's stdout and stderr go to a pipe of its own
+(the third descriptor of its spawn request) that :attr:`ActorLauncher.logs`
+(:class:`~harness_zmq.capture.ActorLogs`) reads into a bounded ring per actor; a cluster
+worker streams them to the master and sends the last lines of an actor that died with its
+death notice. Without it, actors write to the launcher's own stdout and stderr.
+
 **Resources.** ``cpus``, ``gpus`` and ``memory_mb`` are applied in the actor (see
 :mod:`harness_zmq.actor`). ``nice`` (of the launcher) lowers every actor's priority: an
 embedded farm's learner shares the machine with its actors and must not wait for a CPU behind
@@ -47,6 +53,7 @@ from typing import Any
 import msgpack
 
 from harness.errors import HarnessError
+from harness_zmq.capture import ActorLogs
 from harness_zmq.process import THREAD_VARIABLES, ready
 from harness_zmq.security import InsecureBind, Keys, is_loopback
 
@@ -239,6 +246,8 @@ class ActorLauncher:
         preload: Sequence[str] = (),
         nice: int = 0,
         ipc: bool = False,
+        capture_logs: bool = False,
+        echo_logs: bool = False,
     ) -> None:
         if keys is None and not is_loopback(host):
             raise InsecureBind(
@@ -263,6 +272,11 @@ class ActorLauncher:
         self._pids: dict[int, ActorProcess] = {}
         self._seq = 0
         self._closed = False
+        # each actor's stdout/stderr, kept per actor (harness_zmq.capture); otherwise actors
+        # write to this process's descriptors
+        self.logs: ActorLogs | None = None
+        if capture_logs:
+            self.logs = ActorLogs(echo_fd=2 if echo_logs else None)
 
     def __repr__(self) -> str:
         return f"<ActorLauncher {self.host} actors={len(self._procs)}>"
@@ -308,15 +322,18 @@ class ActorLauncher:
             request["seq"] = self._seq
             ready_r, ready_w = os.pipe()
             sentinel_r, sentinel_w = os.pipe()
+            passed = [ready_w, sentinel_w]
+            if self.logs is not None:  # third descriptor: the actor's fd 1 and 2
+                passed.append(self.logs.open(str(actor_id)))
             try:
-                socket.send_fds(ctrl, [msgpack.packb(request)], [ready_w, sentinel_w])
+                socket.send_fds(ctrl, [msgpack.packb(request)], passed)
             except OSError as exc:
                 for fd in (ready_r, sentinel_r):
                     os.close(fd)
                 raise HarnessError(f"the actor zygote is gone ({exc})") from None
             finally:
-                os.close(ready_w)
-                os.close(sentinel_w)
+                for fd in passed:
+                    os.close(fd)
             proc = ActorProcess(self, self._seq, str(actor_id), ready_r, sentinel_r)
             self._procs[self._seq] = proc
             return proc
@@ -368,6 +385,8 @@ class ActorLauncher:
             if self._ctrl is not None:
                 self._ctrl.close()
                 self._ctrl = None
+        if self.logs is not None:
+            self.logs.close()
 
     # -- internals -----------------------------------------------------------------------
     def _ensure_zygote(self) -> socket.socket:
@@ -480,3 +499,13 @@ class ActorLauncher:
             self._procs.pop(proc._seq, None)
             if proc._pid is not None:
                 self._pids.pop(proc._pid, None)
+        if self.logs is not None:
+            self.logs.finish(proc.actor_id)
+
+    def last_output(self, actor_id: str, max_bytes: int = 4096) -> str:
+        """The end of what an actor whose process has exited wrote ("" without
+        ``capture_logs``): its pipe is read to the end first, so its last lines are in."""
+        if self.logs is None:
+            return ""
+        self.logs.finish(actor_id)
+        return self.logs.tail(actor_id, max_bytes)

@@ -12,7 +12,9 @@ the message handlers), rebuilt from the peers after a master restart:
 - jobs: actors by ``actor_id`` (``spawning`` until the worker answers ``spawned``, then
   ``running``);
 - pending placements: ``place`` requests that found no room yet (retried every tick, answered
-  with an ``error`` after ``queue_s``).
+  with an ``error`` after ``queue_s``);
+- the live view (:mod:`harness_zmq.live`): the actors' output that workers push with their
+  heartbeats and the runs' metrics that clients send with theirs, bounded.
 
 A worker that re-sends ``hello`` (after a master restart, or after it was declared dead)
 reports the actors it still runs; the master adopts them, kills those it already declared dead,
@@ -53,6 +55,7 @@ from harness_zmq.fields import (
     int_field,
     memory_field,
     number_field,
+    output_chunks,
     payload_map,
     plain_number,
     reported_actor,
@@ -72,6 +75,8 @@ SPAWN_TIMEOUT_S = 60.0
 """A worker that has not answered ``spawned`` by then: the placement fails, the actor is killed."""
 MAX_MESSAGE_BYTES = 8 * 2**20
 """Bigger messages are dropped by ZeroMQ (the master only ever receives small ones)."""
+TAIL_CHARS = 8192
+"""The longest last output of a dead actor passed on to its client (workers send 4 KiB)."""
 _DRAIN = 2000  # messages handled per poll wake-up before the periodic checks run again
 _TICK_S = 0.1
 
@@ -101,6 +106,7 @@ class Master(Tables):
         self.started = time.monotonic()
         self.malformed = 0
         self.refused = 0
+        self.foreign_output = 0  # output chunks for actors of another worker: dropped
         self._stop = threading.Event()
         self._next_tick = 0.0
 
@@ -128,7 +134,11 @@ class Master(Tables):
 
                 try:
                     self.monitor = MonitorServer(
-                        self.status, monitor_host, monitor_port, allow_remote=keys is not None
+                        self.status,
+                        monitor_host,
+                        monitor_port,
+                        allow_remote=keys is not None,
+                        live=self.live,
                     ).start()
                 except OSError as exc:
                     raise HarnessError(
@@ -385,11 +395,33 @@ class Master(Tables):
                 "memory_total_mb": plain_number(payload.get("memory_total_mb")),
                 "gpu": clean_gpus(payload.get("gpu")),
             }
+            self._take_output(peer, payload.get("logs", []))
         else:
             metrics = payload.get("metrics", payload)
             if isinstance(metrics, dict):
                 peer.metrics = clean_metrics(metrics)
+                self.live.add_metrics(peer.peer_id, peer.name, peer.host, peer.metrics)
         self._send(identity, Kind.HEARTBEAT, {"peer_id": peer.peer_id})
+
+    def _take_output(self, worker: Peer, chunks: Any) -> None:
+        """The actors' output a worker's heartbeat carries, kept for the monitor: only for
+        actors placed on that worker (or ended there), so no peer writes another's log."""
+        try:
+            items = output_chunks(chunks)
+        except MalformedFrame as exc:  # the rest of the heartbeat still counts
+            self._malformed(f"heartbeat of {worker.peer_id}: {exc}")
+            return
+        for actor_id, start, end, text in items:
+            job = self.jobs.get(actor_id)
+            if job is not None:
+                if job.worker_id != worker.peer_id:
+                    self.foreign_output += 1
+                    continue
+            elif self.live.owner(actor_id) != worker.peer_id:
+                self.foreign_output += 1
+                continue
+            if not self.live.add_output(actor_id, worker.peer_id, start, end, text):
+                self.foreign_output += 1
 
     def _implicit_client(self, identity: bytes, peer_id: str) -> Peer:
         now = time.monotonic()
@@ -480,6 +512,7 @@ class Master(Tables):
     def _on_exited(self, identity: bytes, msg: wire.Message) -> None:
         actor_id = text_field(msg.header, "actor_id")
         reason = text_field(msg.header, "reason", "exited", maxlen=1024)
+        tail = text_field(msg.header, "tail", "", maxlen=TAIL_CHARS)
         worker = self._peer(identity, "worker")
         job = self.jobs.get(actor_id)
         if worker is None or job is None or job.worker_id != worker.peer_id:
@@ -487,7 +520,7 @@ class Master(Tables):
         if job.state == "spawning":
             self._fail_spawn(job, f"the actor process ended while starting ({reason})")
         else:
-            self._job_ended(job, reason)
+            self._job_ended(job, reason, tail)
 
     def _on_status(self, identity: bytes, msg: wire.Message) -> None:
         request_id = msg.header.get("id", 0)

@@ -1,6 +1,6 @@
 """The link to a cluster master: HELLO/WELCOME, placement (``place``/``placed``), this
-client's heartbeats (with its run metrics) and the master's death notices (``actor_died``), on
-a thread of its own.
+client's heartbeats (with its run metrics) and the master's death notices (``actor_died``, with
+the actor's last lines of output when its worker captured any), on a thread of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import zmq
 
 from harness.errors import HarnessError
 from harness_zmq import wire
+from harness_zmq.capture import with_last_output
 from harness_zmq.handle import ZmqActor
 from harness_zmq.security import host_of, is_loopback
 from harness_zmq.wakeup import WakePipe
@@ -240,9 +241,11 @@ class MasterLink:
             if future is not None and not future.done():
                 future.set_result(header)
         elif kind is Kind.ACTOR_DIED:
-            self.client._actor_died(
-                str(header.get("actor_id")), str(header.get("reason", "its worker reported it"))
-            )
+            reason = str(header.get("reason", "its worker reported it"))
+            tail = header.get("tail")  # the actor's last output, when its worker had any
+            if isinstance(tail, str):
+                reason = with_last_output(reason, tail)
+            self.client._actor_died(str(header.get("actor_id")), reason)
         elif kind is Kind.WELCOME:
             self.peer_id = str(header.get("peer_id", self.peer_id))
 

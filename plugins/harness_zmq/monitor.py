@@ -6,7 +6,10 @@
   polls ``/api/status`` every second and renders the master, workers, clients, jobs and queues
   (``monitor.html``, package data read with :mod:`importlib.resources`);
 - ``GET /api/status``: ``status_fn()`` as JSON (the status contract in docs/distributed.md);
-  a raising ``status_fn`` answers 500 with ``{"error": ...}`` and the server keeps serving.
+  a raising ``status_fn`` answers 500 with ``{"error": ...}`` and the server keeps serving;
+- with a ``live`` store (:class:`~harness_zmq.live.LiveStore`, the master's): ``GET
+  /api/logs`` (every actor's last lines), ``GET /api/logs/ACTOR?since=N`` (one actor's output
+  after byte offset N, to follow it) and ``GET /api/runs`` (the runs' recent metrics).
 
 The status names hosts, pids and endpoints, so binding a non-loopback address is refused
 unless ``allow_remote=True`` (the master passes it only when CURVE is on).
@@ -32,10 +35,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import psutil
 
+from harness_zmq.live import LiveStore
 from harness_zmq.security import InsecureBind, is_loopback
 
 log = logging.getLogger(__name__)
@@ -272,7 +276,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, body, "application/json; charset=utf-8", head=head)
 
     def _route(self, *, head: bool) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
+        live = self.monitor.live
+        if live is not None and (
+            path in ("/api/logs", "/api/runs") or path.startswith("/api/logs/")
+        ):
+            self._live(live, path, url.query, head=head)
+            return
         if path in ("/", "/index.html"):
             self._send(
                 HTTPStatus.OK,
@@ -296,6 +307,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, body, "application/json; charset=utf-8", head=head)
         else:
             self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"}, head=head)
+
+    def _live(self, live: LiveStore, path: str, query: str, *, head: bool) -> None:
+        if path == "/api/runs":
+            self._json(HTTPStatus.OK, {"runs": live.runs()}, head=head)
+        elif path == "/api/logs":
+            self._json(HTTPStatus.OK, {"actors": live.tails()}, head=head)
+        else:
+            actor_id = unquote(path[len("/api/logs/") :])
+            since_text = parse_qs(query).get("since", ["0"])[0]
+            since = int(since_text) if since_text.isdigit() else 0
+            found = live.output(actor_id, since)
+            if found is None:
+                self._json(
+                    HTTPStatus.NOT_FOUND, {"error": f"no output of actor {actor_id}"}, head=head
+                )
+            else:
+                self._json(HTTPStatus.OK, found, head=head)
 
     def do_GET(self) -> None:
         self._route(head=False)
@@ -329,6 +357,7 @@ class MonitorServer:
         port: int = 0,
         *,
         allow_remote: bool = False,
+        live: LiveStore | None = None,
     ) -> None:
         if not allow_remote and not is_loopback(host):
             raise InsecureBind(
@@ -337,6 +366,7 @@ class MonitorServer:
                 "use an SSH tunnel, or run the cluster with CURVE keys (allow_remote=True)."
             )
         self.status_fn = status_fn
+        self.live = live
         self.host = host
         self._port = port
         self._httpd: _Server | None = None

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness_zmq import wire
 from harness_zmq.fields import CLIENT_METRICS
+from harness_zmq.live import LiveStore
 from harness_zmq.security import Keys
 from harness_zmq.wire import Kind
 
@@ -116,6 +117,7 @@ class Tables:
         self.pending: collections.deque[Pending] = collections.deque()
         self._gone: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._lock = threading.RLock()
+        self.live = LiveStore()  # actors' output and runs' metrics for the monitor
 
     def _send(
         self, identity: bytes, kind: Kind, header: dict[str, Any] | None = None, data: Any = None
@@ -329,6 +331,7 @@ class Tables:
         if client is not None:
             client.actors.discard(job.actor_id)
         self._gone[job.actor_id] = None
+        self.live.actor_ended(job.actor_id, job.worker_id)
         while len(self._gone) > _GONE_MEMORY:
             self._gone.popitem(last=False)
 
@@ -339,29 +342,29 @@ class Tables:
             self._send(worker.identity, Kind.KILL, {"actor_id": job.actor_id})
         self._remove_job(job)
 
-    def _job_ended(self, job: Job, reason: str) -> None:
-        """The actor's process is gone: tell its client."""
+    def _job_ended(self, job: Job, reason: str, tail: str = "") -> None:
+        """The actor's process is gone: tell its client (with its last output, ``tail``)."""
         self._remove_job(job)
-        self._notify_died(job, reason)
+        self._notify_died(job, reason, tail)
         log.info("actor %s on %s ended: %s", job.actor_id, job.worker_id, reason)
 
-    def _notify_died(self, job: Job, reason: str) -> None:
+    def _notify_died(self, job: Job, reason: str, tail: str = "") -> None:
         client = self.peers.get(job.client_id)
         if client is not None and client.alive:
             if job.state == "spawning" and job.request_id is not None:
                 self._send(client.identity, Kind.PLACED, {"id": job.request_id, "error": reason})
             else:
-                self._send(
-                    client.identity,
-                    Kind.ACTOR_DIED,
-                    {"actor_id": job.actor_id, "reason": reason},
-                )
+                header = {"actor_id": job.actor_id, "reason": reason}
+                if tail:
+                    header["tail"] = tail
+                self._send(client.identity, Kind.ACTOR_DIED, header)
 
     def _peer_gone(self, peer: Peer, why: str, *, remove: bool) -> None:
         peer.alive = False
         peer.died_at = time.monotonic()
         self._by_identity.pop(peer.identity, None)
         if peer.role == "client":
+            self.live.run_ended(peer.peer_id)
             for job in [j for j in self.jobs.values() if j.client_id == peer.peer_id]:
                 self._kill(job)
             self.pending = collections.deque(p for p in self.pending if p.client_id != peer.peer_id)

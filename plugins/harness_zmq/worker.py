@@ -2,8 +2,10 @@
 
 One DEALER socket to the master and one thread running a ``zmq.Poller`` loop over that socket,
 the actors' process sentinels (an actor's death is reported as soon as its sentinel fires) and
-a wake-up pipe for spawn results. Waiting for a new actor to bind its socket happens in a small
-thread pool, so hundreds of spawns never stall the heartbeats.
+a wake-up pipe for spawn results. Each actor's stdout and stderr are captured on this host
+(:mod:`harness_zmq.capture`): heartbeats carry what actors wrote since the previous one, and
+an actor's ``exited`` notice carries its last lines. Waiting for a new actor to bind its
+socket happens in a small thread pool, so hundreds of spawns never stall the heartbeats.
 
 The worker sends ``hello`` (with the actors it runs as a msgpack payload, so a restarted master
 can rebuild its tables), then a ``heartbeat`` with :func:`harness_zmq.monitor.host_stats` every
@@ -52,6 +54,12 @@ CONNECT_TIMEOUT_S = 5.0
 SPAWN_READY_S = 60.0
 _SPAWN_THREADS = 16
 _SWEEP_S = 1.0  # exit codes are also polled this often, in case a sentinel is missed
+LOG_ACTOR_BYTES = 4096
+"""The most new output of one actor a heartbeat carries (the newest; the master marks a gap)."""
+LOG_BEAT_BYTES = 256 * 1024
+"""The most actor output one heartbeat carries in all (256 actors x 1 KiB; the rest waits)."""
+TAIL_BYTES = 4096
+"""The end of a dead actor's output sent with its ``exited`` notice."""
 
 
 @dataclass(eq=False)
@@ -149,7 +157,7 @@ class Worker:
         ``connect_timeout`` or the master refuses this worker (another protocol version)."""
         from harness_zmq.launcher import ActorLauncher
 
-        self.launcher = ActorLauncher(host=self.host, keys=self.keys)
+        self.launcher = ActorLauncher(host=self.host, keys=self.keys, capture_logs=True)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             _SPAWN_THREADS, thread_name_prefix="harness-spawn"
         )
@@ -313,6 +321,10 @@ class Worker:
 
         stats = host_stats()
         stats["actors"] = len(self.actors)
+        if self.launcher is not None and self.launcher.logs is not None:
+            # only actors that wrote something since the last beat, newest bytes first: with
+            # 256 quiet actors this adds nothing, with 256 chatty ones at most LOG_BEAT_BYTES
+            stats["logs"] = self.launcher.logs.updates(LOG_ACTOR_BYTES, LOG_BEAT_BYTES)
         self._send_data(Kind.HEARTBEAT, {"peer_id": self.peer_id}, stats)
 
     def _receive(self) -> list[tuple[Kind, dict[Any, Any]]]:
@@ -495,14 +507,25 @@ class Worker:
         reason = f"actor process {actor.proc.pid} {reason}"
         was = actor.state
         self._forget(actor)
+        tail = "" if actor.released else self._last_output(actor_id)
         if was == "spawning":
-            self._send(
-                Kind.SPAWNED,
-                {"id": actor.spawn_id, "actor_id": actor_id, "error": f"{reason} while starting"},
-            )
+            error = f"{reason} while starting"
+            if tail:
+                error += f"; its last output:\n{tail}"
+            self._send(Kind.SPAWNED, {"id": actor.spawn_id, "actor_id": actor_id, "error": error})
         else:
-            self._send(Kind.EXITED, {"actor_id": actor_id, "reason": reason})
+            header = {"actor_id": actor_id, "reason": reason}
+            if tail:
+                header["tail"] = tail
+            self._send(Kind.EXITED, header)
         log.info("actor %s ended: %s", actor_id, reason)
+
+    def _last_output(self, actor_id: str) -> str:
+        """The end of what an ended actor wrote (for its client's ActorLost and the run's
+        log): read to the end of its pipe, cut to whole lines."""
+        if self.launcher is None:
+            return ""
+        return str(self.launcher.last_output(actor_id, TAIL_BYTES))
 
     def _forget(self, actor: _Actor) -> None:
         if self.actors.pop(actor.actor_id, None) is None:

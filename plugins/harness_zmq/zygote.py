@@ -4,7 +4,9 @@ It imports what every actor needs once (``PRELOAD``, plus the launcher's ``prelo
 its heap and then only forks: each ``spawn`` request on its Unix socket pair becomes one actor
 process (:func:`harness_zmq.actor.actor_main`). It never creates a ZeroMQ context or a
 thread, so forking it is safe; each actor makes its own. It reports every actor's pid and exit
-status to the launcher, kills its actors and exits when the launcher closes or dies.
+status to the launcher, kills its actors and exits when the launcher closes or dies. A spawn
+request carries two descriptors (the ready and sentinel pipes) or three: the third becomes the
+actor's stdout and stderr (per-actor output capture, :mod:`harness_zmq.capture`).
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def main() -> None:
                         pass
                 continue
             try:
-                data, fds, _, _ = socket.recv_fds(ctrl, 65536, 2)
+                data, fds, _, _ = socket.recv_fds(ctrl, 65536, 3)
             except OSError:
                 running = False
                 break
@@ -145,7 +147,7 @@ def main() -> None:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 continue
-            if len(fds) != 2 or request.get("t") != "spawn":
+            if len(fds) not in (2, 3) or request.get("t") != "spawn":
                 for stray in fds:
                     os.close(stray)
                 continue
@@ -170,7 +172,8 @@ def main() -> None:
                     os.close(wake_r)
                     os.close(wake_w)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    code = actor_main(request, fds[0], fds[1], workdir, launcher_pid)
+                    output = fds[2] if len(fds) == 3 else None  # its stdout and stderr
+                    code = actor_main(request, fds[0], fds[1], workdir, launcher_pid, output)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         traceback.print_exc()

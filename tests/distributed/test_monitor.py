@@ -652,3 +652,182 @@ def _tail(path: Path, n: int = 4000) -> str:
         return path.read_text(errors="replace")[-n:]
     except OSError:
         return "(no log)"
+
+
+# ----------------------------------------------------------------------------------------------
+# The live view: actors' output (escaped), one actor followed, runs' charts
+
+
+INJECTION = "<img src=x onerror=\"document.title='pwned'\"><b>bold</b> & </pre><script>x()</script>"
+
+
+def sample_live() -> Any:
+    from harness_zmq.live import LiveStore
+
+    live = LiveStore()
+    live.add_output("a1", "w1", 0, 6, "hello\n")
+    line = f"{INJECTION}\n"
+    live.add_output("a1", "w1", 6, 6 + len(line.encode()), line)
+    live.add_output("a2-<i>x</i>", "w1", 0, 10, "second actor\n")
+    live.actor_ended("a2-<i>x</i>", "w1")
+    for step in range(1, 41):
+        live.add_metrics(
+            "c1",
+            "learner <b>1</b>",
+            "127.0.0.1",
+            {"step": step * 1000, "steps_per_s": 900.0 + step, "episode_return": step * 2.5},
+        )
+    return live
+
+
+class _LiveReader(HTMLParser):
+    """The live sections of the rendered page: log rows' text, run cards' charts, the
+    followed output and every element name (an injected tag would be one)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.live_tags: set[str] = set()  # elements inside log rows and run cards
+        self.log_rows: dict[str, str] = {}
+        self.charts: dict[str, dict[str, tuple[int, bool]]] = {}  # run -> series -> (n, line)
+        self.follow_text = ""
+        self.follow_shown = False
+        self.run_titles: dict[str, str] = {}
+        self._in_title = False
+        self._row: str | None = None
+        self._run: str | None = None
+        self._series: str | None = None
+        self._in_follow = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        if self._row is not None or self._run is not None:
+            self.live_tags.add(tag)
+        if tag == "tr" and "data-log-actor-id" in a:
+            self._row = a["data-log-actor-id"] or ""
+            self.log_rows[self._row] = ""
+        if tag == "div" and "data-run-id" in a:
+            self._run = a["data-run-id"] or ""
+            self.charts[self._run] = {}
+        if tag == "div" and "data-series" in a and self._run is not None:
+            self._series = a["data-series"] or ""
+            self.charts[self._run][self._series] = (int(a.get("data-points") or 0), False)
+        if tag == "polyline" and self._run is not None and self._series is not None:
+            n, _ = self.charts[self._run][self._series]
+            self.charts[self._run][self._series] = (n, bool(a.get("points")))
+        if tag == "h3" and self._run is not None:
+            self._in_title = True
+            self.run_titles[self._run] = ""
+        if a.get("id") == "follow":
+            self.follow_shown = "show" in (a.get("class") or "").split()
+        if a.get("id") == "follow-text":
+            self._in_follow = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._row = None
+        if tag == "section":
+            self._run = self._series = None
+        if tag == "pre":
+            self._in_follow = False
+        if tag == "h3":
+            self._in_title = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title and self._run is not None:
+            self.run_titles[self._run] += data
+        if self._row is not None:
+            self.log_rows[self._row] += data
+        if self._in_follow:
+            self.follow_text += data
+
+
+def render_live(binary: str, tmp_path: Path, url: str) -> _LiveReader:
+    reader = _LiveReader()
+    reader.feed(run_chromium(binary, tmp_path, url, "--dump-dom").stdout)
+    return reader
+
+
+def test_live_api_serves_tails_output_and_runs() -> None:
+    live = sample_live()
+    with MonitorServer(sample_status, live=live) as s:
+        code, _, body = get(s.url + "api/logs")
+        actors = {a["actor_id"]: a for a in json.loads(body)["actors"]}
+        assert code == 200 and actors["a1"]["lines"] == ["hello", INJECTION]
+        assert actors["a2-<i>x</i>"]["ended"] is True
+        code, _, body = get(s.url + "api/logs/a1?since=6")
+        assert code == 200 and json.loads(body)["text"] == f"{INJECTION}\n"
+        code, _, body = get(s.url + "api/logs/nobody")
+        assert code == 404 and "nobody" in json.loads(body)["error"]
+        code, _, body = get(s.url + "api/runs")
+        (run,) = json.loads(body)["runs"]
+        assert len(run["points"]) == 40 and run["points"][-1]["episode_return"] == 100.0
+        assert run["points"][-1]["score"] is None  # not reported: no chart, not a zero
+    with MonitorServer(sample_status) as s:  # without a live store (the old page still works)
+        assert get(s.url + "api/logs")[0] == 404
+
+
+def test_browser_lists_output_escaped_and_charts_the_runs(chromium: str, tmp_path: Path) -> None:
+    with MonitorServer(sample_status, live=sample_live()) as s:
+        page = render_live(chromium, tmp_path, s.url)
+        screenshot(chromium, tmp_path, s.url, "monitor-live.png")
+    # a log line is text: no element of it was created, all of it is shown
+    assert "img" not in page.tags and page.tags.count("script") == 1, page.tags
+    assert page.live_tags <= {
+        "td",
+        "span",
+        "pre",
+        "button",
+        "div",
+        "h3",
+        "svg",
+        "polyline",
+        "title",
+    }, page.live_tags
+    assert "learner <b>1</b>" in page.run_titles["c1"]
+    assert INJECTION in page.log_rows["a1"], page.log_rows
+    assert (
+        "second actor" in page.log_rows["a2-<i>x</i>"] and "ended" in page.log_rows["a2-<i>x</i>"]
+    )
+    charts = page.charts["c1"]
+    assert charts["steps_per_s"] == (40, True) and charts["episode_return"] == (40, True)
+    assert charts["score"] == (0, False)  # "not reported"
+
+
+def test_browser_follows_one_actor(chromium: str, tmp_path: Path) -> None:
+    with MonitorServer(sample_status, live=sample_live()) as s:
+        page = render_live(chromium, tmp_path, s.url + "#follow=a1")
+    assert page.follow_shown
+    assert page.follow_text == f"hello\n{INJECTION}\n"
+    assert "img" not in page.tags
+
+
+def test_browser_shows_a_real_clusters_actor_output_and_run(chromium: str, tmp_path: Path) -> None:
+    from test_actor_logs import Talker, handle_id, in_process_cluster, wait_for
+
+    import harness
+
+    with in_process_cluster(cpus=2) as c, harness.connect(c.address) as client:
+        talker = Talker()
+        talker.say("from a real actor <b>")
+        actor_id = handle_id(talker)
+        for step in (100, 200, 300):
+            client.report_metrics({"step": step, "steps_per_s": 50.0 + step, "score": step / 10})
+            wait_for(
+                lambda step=step: any(
+                    p["step"] == step for r in c.master.live.runs() for p in r["points"]
+                ),
+                10,
+                f"step {step} on the master",
+            )
+        wait_for(lambda: c.master.live.output(actor_id), 10, "the actor's output")
+        url = str(c.master.monitor_url)
+        page = render_live(chromium, tmp_path, url)
+        followed = render_live(chromium, tmp_path, url + "#follow=" + actor_id)
+        screenshot(chromium, tmp_path, url, "monitor-live-cluster.png")
+    assert "from a real actor <b> 0" in page.log_rows[actor_id]
+    (run_id,) = page.charts
+    assert page.charts[run_id]["steps_per_s"] == (3, True)
+    assert page.charts[run_id]["score"] == (3, True)
+    assert "from a real actor <b> 0" in followed.follow_text
