@@ -84,6 +84,21 @@ def official_metrics(env: Any, steps: list[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
+def track_direction(env: Any) -> float:
+    """+1 when a track env's finish lies towards smaller y than its start (OslRun: start_pos
+    15, end_pos -15), -1 the other way; refuses an env without a track (``forward_weight``)."""
+    unwrapped = env.unwrapped
+    start, end = getattr(unwrapped, "start_pos", None), getattr(unwrapped, "end_pos", None)
+    if start is None or end is None:
+        env_id = env.spec.id if env.spec is not None else type(unwrapped).__name__
+        raise ConfigError(
+            f"[env] forward_weight rewards progress down a track, and {env_id} has none (no "
+            f"start_pos / end_pos: it is not a MyoChallenge running env such as "
+            f"myoChallengeOslRunFixed-v0); remove forward_weight."
+        )
+    return 1.0 if float(start) > float(end) else -1.0
+
+
 def scalar(value: Any) -> float:
     """A MyoSuite info entry as a float: Python and NumPy scalars, and the (1, 1) arrays some
     tasks report (Bimanual's ``solved``), by their mean."""
@@ -104,6 +119,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         success_steps: int = 5,
         metric_keys: tuple[str, ...] = (),
         alive_bonus: float = 0.0,
+        forward_weight: float = 0.0,
         stage: int | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
@@ -111,12 +127,15 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             success_steps=success_steps,
             metric_keys=metric_keys,
             alive_bonus=alive_bonus,
+            forward_weight=forward_weight,
             stage=stage,
         )
         gym.Wrapper.__init__(self, env)
         self.success_steps = success_steps
         self.metric_keys = metric_keys
         self.alive_bonus = alive_bonus
+        self.forward_weight = forward_weight
+        self._direction = track_direction(env) if forward_weight else 0.0
         self.stage = stage
         self._pending: dict[str, Any] = {}
         self._checked = False
@@ -131,6 +150,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self._has_solved = False
         self._sums = dict.fromkeys(self.metric_keys, 0.0)
         self._path: list[dict[str, Any]] = []
+        self._last_root: tuple[float, float] | None = None  # (time, y) of the previous step
 
     # -- run-time changes (a curriculum; see harness.curriculum) ------------------------------
     def configure(self, **changes: Any) -> None:
@@ -171,6 +191,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.alive_bonus:
             reward = float(reward) + self.alive_bonus
+        if self.forward_weight:
+            reward = float(reward) + self.forward_weight * self._speed(info)
         if not self._checked:
             self._check_keys(info)
         self._steps += 1
@@ -192,6 +214,16 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         if not (terminated or truncated):
             return obs, reward, terminated, truncated, {}
         return obs, reward, terminated, truncated, {EPISODE_METRICS: self._metrics(terminated)}
+
+    def _speed(self, info: dict[str, Any]) -> float:
+        """The pelvis's speed down the track over this step, m/s (0 on an episode's first
+        step, whose start position the env does not report)."""
+        seen = info["obs_dict"]
+        now = (float(np.ravel(seen["time"])[0]), float(np.ravel(seen["model_root_pos"])[1]))
+        last, self._last_root = self._last_root, now
+        if last is None or now[0] <= last[0]:
+            return 0.0
+        return self._direction * (last[1] - now[1]) / (now[0] - last[0])
 
     def _metrics(self, terminated: bool) -> dict[str, float]:
         n = self._steps

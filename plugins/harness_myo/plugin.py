@@ -98,6 +98,13 @@ class MyoConfig:
     """Added to the reward on every step (a reward shaping; the official score does not see
     it). MyoSuite's challenge rewards are mostly negative distances, so without it ending an
     episode early (dropping the die, falling) is what a return-maximising policy learns."""
+    forward_weight: float = 0.0
+    """Track envs (OslRun): added to the reward on every step, times the model's speed down the
+    track in m/s (the pelvis's displacement towards the finish over the step's duration), from
+    the first step. MyoSuite's own speed term ("sparse") counts only past the start line, 1 m
+    ahead of where the model starts, so a policy that has not yet reached it gets no signal
+    for moving forward (a shaping, like MuJoCo locomotion's forward_reward_weight; the official
+    score does not see it)."""
     curriculum: list[dict[str, Any]] = field(default_factory=list)
     """Stages (stage 0 first), each a table of [env] options; a stage's kwargs are merged into
     the current kwargs, so a stage can widen the goal ranges and keep the reward weights, e.g.
@@ -211,6 +218,7 @@ def make_one(env_id: str, options: MyoConfig) -> Any:
         success_steps=options.success_steps,
         metric_keys=tuple(options.metric_keys),
         alive_bonus=float(options.alive_bonus),
+        forward_weight=float(options.forward_weight),
         stage=options.curriculum_stage if options.curriculum else None,
     )
 

@@ -165,6 +165,31 @@ def test_options_reach_the_env_and_bad_ones_are_named() -> None:
 
 
 @needs_myosuite
+def test_forward_weight_pays_the_distance_covered_down_the_track() -> None:
+    """Summed over an episode, forward_weight * speed * dt telescopes to forward_weight times
+    the pelvis's displacement towards the finish, read here from the env's own data (same
+    seed, same actions: the only difference between the two envs is the shaping)."""
+    plain = make(OSL, num_envs=1, seed=3)
+    shaped = make(OSL, num_envs=1, seed=3, forward_weight=2.0)
+    raw = shaped.envs[0].unwrapped
+    rng = np.random.default_rng(0)
+    extra, ys, dts = [], [], []
+    for _ in range(60):
+        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
+        r0 = plain.step(action)[1][0]
+        r1 = shaped.step(action)[1][0]
+        extra.append(r1 - r0)
+        ys.append(float(raw.data.body("pelvis").xpos[1]))
+        dts.append(raw.dt)
+    assert abs(extra[0]) < 1e-9  # (no previous position on the first step)
+    covered = ys[0] - ys[-1]  # OslRun's finish lies towards smaller y
+    assert abs(covered) > 1e-3  # (the model moved: the check below is not 0 == 0)
+    np.testing.assert_allclose(float(np.dot(extra[1:], dts[1:])), 2.0 * covered, rtol=1e-6)
+    with pytest.raises(ConfigError, match=r"forward_weight.*no start_pos"):
+        make(DIE, forward_weight=1.0)
+
+
+@needs_myosuite
 def test_nothing_touches_opengl_unless_frames_are_asked_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
