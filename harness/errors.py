@@ -76,6 +76,7 @@ EXTRAS: dict[str, str] = {
     "imageio_ffmpeg": "video",
     "PIL": "video",
     "pygame": "video",
+    "envpool": "envpool",
     "pynvml": "gpu-monitor",
 }
 """Which extra installs a module; keep in step with setup.cfg's ``[options.extras_require]``
