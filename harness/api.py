@@ -514,6 +514,16 @@ class Agent(abc.ABC):
     def learn(self) -> dict[str, float]:
         """Update if enough data is there; namespaced metrics (empty when nothing happened)."""
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        """True when :meth:`sample` depends on state kept per env between calls (a recurrent
+        policy's hidden state, an ES perturbation or a DDPG ensemble head per episode, reset in
+        :meth:`episodes_ended`). Such an agent acts for one fixed set of envs, so a policy
+        server batching whichever actors' envs are waiting (``run.inference = 'central'``)
+        refuses it. Override it where that holds; a pure function of the observations, the
+        weights, :attr:`rng` and :attr:`env_steps` (PPO, IMPALA, DQN, SAC) keeps False."""
+        return False
+
     def episodes_ended(self, mask: np.ndarray) -> None:  # noqa: B027 - optional
         """Called by whoever steps the envs (a serial run or a farm actor) after a vector step
         in which the episodes of the envs in boolean ``mask`` ended, before the next

@@ -114,6 +114,13 @@ class RunConfig:
     (``farm/policy_lag_max`` reports it)."""
     actor_memory_mb: int = 0
     """Address-space limit per actor process in MiB; 0 means no limit."""
+    inference: str = "actor"
+    """Where a farm's actions are computed (run.actors > 0): 'actor' (each actor runs its own
+    copy of the policy on its own envs' observations), 'central' (actors only step envs; a
+    policy server in the learner process runs one batched forward over the observations of
+    every waiting actor, exchanged through shared memory: an embedded local farm, agents
+    without per-env acting state), or 'auto' (central for image observations or 16+ actors,
+    else per actor; the choice is logged). See docs/distributed.md."""
     init_from: str = ""
     """A checkpoint (or a run directory: its newest) whose networks and optimisers this run
     starts from, on the same env and backend; counters, replay and schedules start fresh. It
@@ -327,6 +334,9 @@ def build_dataclass(
         raise ConfigError(f"[{section}] for {owner}: {exc}") from None
 
 
+INFERENCE_CHOICES: tuple[str, ...] = ("actor", "central", "auto")
+"""Values of ``run.inference`` (see :class:`RunConfig`)."""
+
 RUN_LOWER_BOUNDS: tuple[tuple[str, int, str], ...] = (
     ("total_steps", 1, "Give the env steps to train for, e.g. --steps 100000."),
     ("num_envs", 1, "Give the envs stepped together, e.g. --set run.num_envs=8."),
@@ -355,6 +365,13 @@ def check_run(run: RunConfig, where: Mapping[str, str]) -> None:
                 f"{where.get(key, 'config')}: run.{key} = {value!r} is out of range: it must "
                 f"be {low} or more. {fix}"
             )
+    if run.inference not in INFERENCE_CHOICES:
+        raise ConfigError(
+            f"{where.get('inference', 'config')}: run.inference = {run.inference!r} is not a "
+            f"choice.{did_you_mean(run.inference, INFERENCE_CHOICES)} Use 'actor' (each actor "
+            "acts with its own copy of the policy), 'central' (one batched policy server for "
+            "the farm) or 'auto'."
+        )
     if run.stop_at_return is not None and run.stop_at_return != run.stop_at_return:
         raise ConfigError(
             f"{where.get('stop_at_return', 'config')}: run.stop_at_return is NaN, which no "

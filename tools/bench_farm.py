@@ -19,6 +19,14 @@ weights after every update. Measured after the farm is up (actor start-up is rep
     .venv/bin/python tools/bench_farm.py                     # 256 actors, 60 s window
     .venv/bin/python tools/bench_farm.py --actors 32 --seconds 15   # quick
 
+``--inference actor,central`` measures the farm once per ``run.inference`` mode, side by side
+in the same run (one row each): ``actor`` (every actor acts with its own copy of the
+policy) and ``central`` (actors only step envs; the learner's policy server acts for all
+of them in batches, ``harness.runtime.inference``). With ``--algo dqn`` that is the Q-network
+forward on every actor against one batched forward:
+
+    .venv/bin/python tools/bench_farm.py --algo dqn --inference actor,central
+
 Ray mode (``--impls`` with ``ray`` or ``raw-ray``): the same load on several implementations in
 one run, each run in a fresh subprocess, in a private loopback-only network namespace (Ray
 binds every interface; ``unshare -n``, as root), ``--rounds`` times in alternating order (ABBA,
@@ -240,7 +248,9 @@ class Probe:
             run.stop_requested = True
 
 
-def harness_farm(args: argparse.Namespace, transport: str = "zmq") -> dict[str, Any]:
+def harness_farm(
+    args: argparse.Namespace, transport: str = "zmq", inference: str = "actor"
+) -> dict[str, Any]:
     """One run of the real runner over an actor farm on ``transport``; the measured result."""
     from harness.config import find_pack_file, layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
@@ -267,6 +277,7 @@ def harness_farm(args: argparse.Namespace, transport: str = "zmq") -> dict[str, 
         f"out='{out}'",
         f"max_policy_lag={args.lag}",
         f"transport='{transport}'",
+        f"inference='{inference}'",
     ]
     files = []
     if args.algo == "dqn":
@@ -670,9 +681,10 @@ def compare_report(saved: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------
 
 
-def print_single(args: argparse.Namespace, result: dict[str, Any], bare: float, load0: Any) -> None:
-    """The report of one in-process zmq run (the default mode)."""
-    n, sps, ideal = result["actors"], result["steps_per_s"], result["ideal_steps_per_s"]
+def print_single(
+    args: argparse.Namespace, results: dict[str, dict[str, Any]], bare: float, load0: Any
+) -> None:
+    """The report of the in-process zmq runs (the default mode), one per inference mode."""
     header = (
         f"bench_farm {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; load average "
@@ -682,28 +694,31 @@ def print_single(args: argparse.Namespace, result: dict[str, Any], bare: float, 
     print(f"command: python tools/bench_farm.py {shlex.join(sys.argv[1:])}".rstrip())
     print()
     print(
-        "| policy | actors | env step | ideal steps/s | plain processes steps/s | delivered "
-        "steps/s | of ideal | of plain | farm start-up s | learner RSS MiB (start -> end) "
-        "| actors PSS MiB (start -> end) |"
+        "| policy | inference | actors | env step | ideal steps/s | plain processes steps/s "
+        "| delivered steps/s | of ideal | of plain | farm start-up s "
+        "| learner RSS MiB (start -> end) | actors PSS MiB (start -> end) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    of_bare = f"{sps / bare:.1%}" if bare else "-"
-    rss, pss = result["learner_rss_mib"], result["actors_pss_mib"]
-    print(
-        f"| {args.algo} | {n} | {args.step_ms:g} ms | {ideal:,.0f} | {bare:,.0f} | {sps:,.0f} | "
-        f"**{sps / ideal:.1%}** | {of_bare} | "
-        f"{result['farm_startup_s']} | {rss[0]:.0f} -> {rss[1]:.0f} | "
-        f"{pss[0]:.0f} -> {pss[1]:.0f} |"
-    )
-    print()
-    print(
-        f"CPU over the window as the kernel accounts it (tick-sampled, so only indicative): "
-        f"learner {result['learner_cores']:.2f} cores, actors {result['actors_cores']:.2f} "
-        f"cores; machine idle {result['machine_idle']:.0%}"
-    )
-    low, mid, high = result["actor_sps"]
-    print(f"steps/s per actor over the window: min {low:.1f}, median {mid:.1f}, max {high:.1f}")
-    print("farm metrics at the end:", json.dumps(result.get("farm_metrics", {})))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for mode, result in results.items():
+        n, sps, ideal = result["actors"], result["steps_per_s"], result["ideal_steps_per_s"]
+        of_bare = f"{sps / bare:.1%}" if bare else "-"
+        rss, pss = result["learner_rss_mib"], result["actors_pss_mib"]
+        print(
+            f"| {args.algo} | {mode} | {n} | {args.step_ms:g} ms | {ideal:,.0f} | {bare:,.0f} | "
+            f"{sps:,.0f} | **{sps / ideal:.1%}** | {of_bare} | "
+            f"{result['farm_startup_s']} | {rss[0]:.0f} -> {rss[1]:.0f} | "
+            f"{pss[0]:.0f} -> {pss[1]:.0f} |"
+        )
+    for mode, result in results.items():
+        print()
+        print(
+            f"{mode}: CPU over the window as the kernel accounts it (tick-sampled, so only "
+            f"indicative): learner {result['learner_cores']:.2f} cores, actors "
+            f"{result['actors_cores']:.2f} cores; machine idle {result['machine_idle']:.0%}"
+        )
+        low, mid, high = result["actor_sps"]
+        print(f"steps/s per actor over the window: min {low:.1f}, median {mid:.1f}, max {high:.1f}")
+        print("farm metrics at the end:", json.dumps(result.get("farm_metrics", {})))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -738,6 +753,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--no-netns", action="store_true", help="Ray mode: run Ray on the host's network"
     )
+    p.add_argument(
+        "--inference",
+        default="actor",
+        help="comma list of run.inference modes (actor, central, auto), each measured in turn",
+    )
     p.add_argument("--json", help="also write the result here")
     p.add_argument("--from-json", metavar="FILE", help="Ray mode: re-print a saved run")
     p.add_argument("--worker", choices=IMPLS, help=argparse.SUPPRESS)
@@ -768,14 +788,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.bare_seconds:
         bare = bare_reference(args.actors, args.step_ms, args.bare_seconds)
     load0 = os.getloadavg()
-    result = harness_farm(args)
-    result.update(
-        bare_steps_per_s=round(bare, 1),
-        fraction_of_bare=round(result["steps_per_s"] / bare, 4) if bare else None,
-    )
-    print_single(args, result, bare, load0)
+    results: dict[str, dict[str, Any]] = {}
+    for mode in [m.strip() for m in args.inference.split(",") if m.strip()]:
+        result = results[mode] = harness_farm(args, inference=mode)
+        result.update(
+            bare_steps_per_s=round(bare, 1),
+            fraction_of_bare=round(result["steps_per_s"] / bare, 4) if bare else None,
+        )
+    print_single(args, results, bare, load0)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        saved = next(iter(results.values())) if len(results) == 1 else results
+        Path(args.json).write_text(json.dumps(saved, indent=2))
 
 
 if __name__ == "__main__":

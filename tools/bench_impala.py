@@ -16,6 +16,13 @@ envs per process), each over a window that opens once every process is stepping:
   machine's CPUs they compete with the actors for the cores; ``device = auto`` puts them on a
   GPU where there is one).
 
+The farm runs once per ``--inference`` mode, side by side in the same run: ``actor`` (each
+actor acts with its own CNN copy) and ``central`` (actors only step envs; the learner's
+policy server batches every waiting actor's observations through one forward,
+``harness.runtime.inference``). For central the limit is printed beside it: the plain envs
+plus the CNN forward at the mean batch size the server reached, spread over the CPUs
+(``1 / (1 / plain + forward_per_obs / cpus)``), measured in this run.
+
 Frames are emulator frames (agent steps x the frame skip of 4). Reported: each rate and the
 farm's ratio to the plain envs (measured before and after the others, averaged; target
 >= 85%) and to envs + policy.
@@ -32,6 +39,7 @@ the plain envs.
     .venv/bin/python tools/bench_impala.py --learner update --seconds 30
     .venv/bin/python tools/bench_impala.py --envs-per-actor 32 --int8
     .venv/bin/python tools/bench_impala.py --policy-cost
+    .venv/bin/python tools/bench_impala.py --inference central --seconds 5 --warmup 2  # smoke
 """
 
 from __future__ import annotations
@@ -180,7 +188,7 @@ class Probe:
             run.stop_requested = True
 
 
-def farm(args: argparse.Namespace) -> tuple[float, Probe]:
+def farm(args: argparse.Namespace, inference: str = "actor") -> tuple[float, Probe]:
     from harness.plugins import make_plugin_manager
     from harness.runtime import train
 
@@ -191,6 +199,7 @@ def farm(args: argparse.Namespace) -> tuple[float, Probe]:
         f"num_envs={args.actors * k}",
         "total_steps=1_000_000_000",
         f"max_seconds={args.seconds * 10 + 300}",
+        f"inference='{inference}'",
     ]
     config, registry = build_config(args, out, overrides)
     pm = make_plugin_manager()
@@ -203,6 +212,32 @@ def farm(args: argparse.Namespace) -> tuple[float, Probe]:
     if probe.t0 is None or probe.t_end is None:
         sys.exit("the run ended before the measuring window closed")
     return (probe.step_end - probe.step0) / (probe.t_end - probe.t0), probe
+
+
+def forward_per_obs(args: argparse.Namespace, batch: int) -> float:
+    """Seconds per observation of the acting agent's ``sample`` at ``batch`` observations,
+    in this process, as the central policy server runs it."""
+    import dataclasses
+
+    import numpy as np
+
+    from harness.runtime.farm import acting_config
+    from harness.runtime.run import make_agent, make_envs
+    from harness.runtime.spaces import env_info
+
+    config, registry = build_config(args, tempfile.gettempdir())
+    envs = make_envs(config, registry, 1, seed=None)
+    info = dataclasses.replace(env_info(config.run.env, envs), num_envs=batch)
+    envs.close()
+    agent = make_agent(acting_config(config), registry, info)
+    obs = np.random.default_rng(0).integers(0, 256, (batch, *info.observation.shape), np.uint8)
+    for _ in range(3):
+        agent.sample(obs)
+    repeats = 30
+    t = time.perf_counter()
+    for _ in range(repeats):
+        agent.sample(obs)
+    return (time.perf_counter() - t) / repeats / batch
 
 
 def policy_cost(args: argparse.Namespace) -> None:
@@ -291,6 +326,11 @@ def main(argv: list[str] | None = None) -> None:
         "--int8", action="store_true", help="[backend] int8_acting: the actors' CNN in int8"
     )
     p.add_argument(
+        "--inference",
+        default="actor,central",
+        help="comma-separated run.inference modes of the farm, each measured in turn",
+    )
+    p.add_argument(
         "--policy-cost",
         action="store_true",
         help="measure env step vs CNN forward per observation instead (what bounds the ratio)",
@@ -304,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     # the plain envs before and after: on a shared machine the load drifts between windows
     plain_before = reference(args, act=False)
     acting = reference(args, act=True)
-    delivered, probe = farm(args)
+    modes = [m.strip() for m in args.inference.split(",") if m.strip()]
+    farms = {mode: farm(args, mode) for mode in modes}
     plain_after = reference(args, act=False)
     plain = (plain_before + plain_after) / 2
     load1 = os.getloadavg()
@@ -320,22 +361,35 @@ def main(argv: list[str] | None = None) -> None:
     print(f"command: .venv/bin/python tools/bench_impala.py {' '.join(argv or sys.argv[1:])}")
     print()
     print(
-        "| env | cnn | processes | envs/process | learner | plain envs frames/s "
+        "| env | cnn | processes | envs/process | learner | inference | plain envs frames/s "
         "| envs + policy frames/s "
-        "| IMPALA farm frames/s | farm / plain | farm / envs + policy |"
+        "| IMPALA farm frames/s | farm / plain | farm / envs + policy | limit frames/s "
+        "| limit / plain |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
-    print(
-        f"| {args.env} | {args.cnn} | {args.actors} | {args.envs_per_actor} | {args.learner} | "
-        f"{fps(plain)} ({fps(plain_before)} before, {fps(plain_after)} after) | "
-        f"{fps(acting)} | {fps(delivered)} | **{delivered / plain:.1%}** | "
-        f"{delivered / acting:.1%} |"
-    )
+    print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    cpus = os.cpu_count() or 1
+    for mode, (delivered, probe) in farms.items():
+        limit = ""
+        batch = probe.last.get("farm/inference_batch", 0.0)
+        if batch >= 1:
+            cost = forward_per_obs(args, max(1, round(batch)))
+            rate = 1.0 / (1.0 / plain + cost / cpus)
+            limit = f"{fps(rate)} (batch {batch:.1f}, {cost * 1e6:.0f} us/obs) | {rate / plain:.1%}"
+        else:
+            limit = "- | -"
+        print(
+            f"| {args.env} | {args.cnn} | {args.actors} | {args.envs_per_actor} | "
+            f"{args.learner} | {mode} | "
+            f"{fps(plain)} ({fps(plain_before)} before, {fps(plain_after)} after) | "
+            f"{fps(acting)} | {fps(delivered)} | **{delivered / plain:.1%}** | "
+            f"{delivered / acting:.1%} | {limit} |"
+        )
     print()
-    print(
-        f"window {args.seconds:g} s each; farm: {probe.updates} updates in the window, "
-        f"metrics at the end: {probe.last}"
-    )
+    for mode, (_, probe) in farms.items():
+        print(
+            f"{mode}: window {args.seconds:g} s; {probe.updates} updates in the window, "
+            f"metrics at the end: {probe.last}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ behind it are split by job:
 - ``stepper``: env stepping and episode statistics (:class:`EnvStepper`);
 - ``collectors``: where experience comes from (:class:`Collector`; serial, offline);
 - ``farm``: the actor farm (``FarmCollector``, remote actors);
+- ``inference``: central acting for the farm (``run.inference``): a policy server batching
+  the actors' observations, exchanged through shared memory;
 - ``run``: the train loop (and its choice of collector), evaluation, checkpoints.
 """
 

@@ -30,6 +30,7 @@ from harness.errors import (
 )
 from harness.plugins import HarnessPluginManager
 from harness.registry import AlgorithmSpec, Registry
+from harness.runtime.inference import check_inference_agent, check_inference_config
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
 from harness.tracking import MetricsRouter, Tracker
@@ -215,6 +216,7 @@ def check_actor_capacity(run: RunConfig, available_mb: float | None = None) -> N
 def _check_farm(config: Config) -> None:
     """Refuse an actor count the run cannot start (before any env, buffer or process)."""
     run = config.run
+    check_inference_config(config)
     if run.actors <= 0:
         return
     if run.actors > run.num_envs:
@@ -385,6 +387,7 @@ def build_run(
         if farm:
             info = dataclasses.replace(info, num_envs=config.run.num_envs)
         agent = make_agent(config, registry, info)
+        check_inference_agent(config, agent)
         if getattr(agent, "offline", False):  # learns from a dataset: check it before training
             if farm:
                 raise ConfigError(

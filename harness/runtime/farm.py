@@ -25,6 +25,10 @@ actor order, so the agent sees exactly the layout a serial run with ``num_envs``
   any time (backpressure: a slow learner slows the actors, never grows memory).
 - An actor that dies (``ActorLost``) is replaced, given the current weights and asked again;
   chunks are atomic, so a transition is observed exactly once or (if it never arrived) never.
+- ``run.inference = "central"`` (or ``"auto"``'s choice): the actors hold no policy; a policy
+  server in this process acts for all of them in batches (``harness.runtime.inference``). The
+  weights then go to the server by version instead of with the rollout requests; everything
+  above holds as it is.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from harness.runtime.build import (
     make_envs,
 )
 from harness.runtime.collectors import Collector
+from harness.runtime.inference import CentralActing, InferenceLink, PolicyServer, choose_central
 from harness.runtime.spaces import env_info
 from harness.runtime.stepper import STEP_FIELDS, EnvStepper, Episode, configure_envs
 
@@ -100,20 +105,33 @@ def acting_config(config: Config) -> Config:
 
 
 class RolloutActor:
-    """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent."""
+    """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent,
+    or, with central inference (``link``), a stand-in that asks the learner's policy server."""
 
-    def __init__(self, config: Config, index: int, num_envs: int, seed: int) -> None:
+    def __init__(
+        self,
+        config: Config,
+        index: int,
+        num_envs: int,
+        seed: int,
+        link: InferenceLink | None = None,
+    ) -> None:
         registry = collect_registry(make_plugin_manager())
         config = acting_config(config)
         self.envs = make_envs(config, registry, num_envs, seed=None)
-        self.agent: Agent = make_agent(config, registry, env_info(config.run.env, self.envs))
-        self.agent.rng = np.random.default_rng([seed, index])
+        self.central = CentralActing(link, index) if link is not None else None
+        self.agent: Agent | None = None
+        if self.central is None:
+            self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
+            self.agent.rng = np.random.default_rng([seed, index])
         self.stepper = EnvStepper(self.envs, seed)
         self.index = index
         self.version = -1
         self._ended = 0.0  # when the last rollout ended (perf_counter)
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
+        if self.agent is None:
+            raise HarnessError("an actor with central inference holds no weights")
         self.agent.set_weights(weights)
         self.agent.env_steps = env_steps  # exploration schedules follow the learner
         self.version = version
@@ -129,8 +147,14 @@ class RolloutActor:
         if weights is not None:
             self.set_weights(*weights)
         finished: list[Episode] = []
-        chunk = self.stepper.rollout(self.agent, steps, finished)
-        self.agent.env_steps += steps * self.stepper.n
+        if self.central is not None:
+            self.central.begin_rollout()
+            chunk = self.stepper.rollout(self.central, steps, finished)
+            self.version = self.central.oldest_version  # the oldest weights that acted
+        else:
+            assert self.agent is not None
+            chunk = self.stepper.rollout(self.agent, steps, finished)
+            self.agent.env_steps += steps * self.stepper.n
         self._ended = time.perf_counter()
         chunk.update(
             index=self.index,
@@ -150,6 +174,8 @@ class RolloutActor:
         return os.getpid()
 
     def close(self) -> None:
+        if self.central is not None:
+            self.central.close()
         self.envs.close()
 
 
@@ -237,24 +263,44 @@ class FarmCollector(Collector):
         self._between = 0.0  # ... and between rollouts (reply, request, waiting for us)
         self.stream = not run.agent.on_policy and run.agent.independent_transitions
         self._arrivals = completions(self.client)  # stream mode: rollouts as they finish
+        self.server: PolicyServer | None = None
+        central, why = choose_central(run.config, run.agent)
         try:
+            if central:
+                self.server = PolicyServer(
+                    lambda: self._acting_agent(run), [s.num_envs for s in self.slots]
+                )
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
                 list(pool.map(self._start, self.slots))
         except BaseException:
             self.close()
             raise
         log.info(
-            "actor farm: %d actors over %s, %d envs",
+            "actor farm: %d actors over %s, %d envs; acting %s (%s)",
             len(self.slots),
             cfg.cluster or "an embedded local farm",
             cfg.num_envs,
+            "on a central policy server" if central else "per actor",
+            why,
         )
+
+    def _acting_agent(self, run: Run) -> Agent:
+        """The policy server's acting copy of the agent (on the CPU, as an actor's), sized for
+        every env of the farm; its exploration generator is the farm's own."""
+        config = acting_config(self.config)
+        learner = run.agent.backend
+        state = learner.rng_state()  # make_agent seeds the framework: keep the learner's draws
+        agent = make_agent(config, run.registry, run.info)
+        learner.set_rng_state(state)
+        agent.rng = np.random.default_rng([config.run.seed, run.step, 0xCE17])
+        return agent
 
     # -- actors --------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
         seed = slot.seed + 1_000_003 * slot.restarts
+        link = self.server.link if self.server is not None else None
         slot.proxy = self.actor_cls(
-            self.config, slot.index, slot.num_envs, seed, _client=self.client
+            self.config, slot.index, slot.num_envs, seed, link, _client=self.client
         )
         slot.sent_version = -1  # the first rollout request carries the weights
 
@@ -277,9 +323,13 @@ class FarmCollector(Collector):
         self._start(slot)
 
     def _top_up(self, slot: _Slot, depth: int) -> None:
+        server = self.server
+        if server is not None and server.published != self.version:
+            # before the request: an on-policy rollout is acted by this version throughout
+            server.publish(self.version, self.agent.weights(), self.agent.env_steps)
         while len(slot.inflight) < depth:
             weights = None
-            if slot.sent_version != self.version:
+            if server is None and slot.sent_version != self.version:
                 if self._weights is None:
                     self._weights = (self.version, self.agent.weights(), self.agent.env_steps)
                 weights = self._weights
@@ -293,7 +343,7 @@ class FarmCollector(Collector):
         while True:
             self._top_up(slot, max(1, self.lag))
             try:
-                chunk: dict[str, Any] = slot.inflight[0].result()
+                chunk: dict[str, Any] = self._result(slot.inflight[0])
                 slot.inflight.popleft()
             except ActorLost as exc:
                 self._replace(slot, exc)
@@ -302,6 +352,21 @@ class FarmCollector(Collector):
                 self._top_up(slot, self.lag)  # keep stepping while the learner learns
             self._received(slot, chunk)
             return chunk
+
+    def _result(self, future: Future[Any]) -> Any:
+        """``future``'s result; with a policy server, its health is checked while waiting (a
+        server that gave up would leave every actor waiting for actions forever)."""
+        if self.server is None:
+            return future.result()
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except TimeoutError:
+                self._check_server()
+
+    def _check_server(self) -> None:
+        if self.server is not None:
+            self.server.check()
 
     def _received(self, slot: _Slot, chunk: dict[str, Any]) -> None:
         self.lags.append(self.version - int(chunk["version"]))
@@ -319,7 +384,11 @@ class FarmCollector(Collector):
         wanted = self.steps * self.config.run.num_envs
         got = 0
         while got < wanted:
-            future, slot = self._arrivals.next()
+            try:
+                future, slot = self._arrivals.next(None if self.server is None else 1.0)
+            except TimeoutError:
+                self._check_server()
+                continue
             if not slot.inflight or slot.inflight[0] is not future:
                 continue  # a request of a replaced actor (counted as lost)
             try:
@@ -423,6 +492,8 @@ class FarmCollector(Collector):
             "farm/actor_sps_mean": self._stepped / max(self._stepping, 1e-9),
             "farm/actor_idle": self._between / max(self._stepping + self._between, 1e-9),
         }
+        if self.server is not None:
+            metrics.update(self.server.stats())
         self.lags.clear()
         self._stepping = self._between = 0.0
         self._stepped = 0
@@ -464,3 +535,5 @@ class FarmCollector(Collector):
             self.client.close()
         except Exception:  # closing must not hide the error that ended the run
             log.exception("closing the actor farm's connection failed")
+        if self.server is not None:  # after the actors: none is left waiting for actions
+            self.server.close()

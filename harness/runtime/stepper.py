@@ -5,11 +5,11 @@ remote actors (``harness.runtime.farm``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from harness.api import Agent, Transition, team_reward, tree_map
+from harness.api import Transition, team_reward, tree_map
 from harness.errors import ConfigError
 
 Episode = tuple[float, int, dict[str, float]]
@@ -25,6 +25,16 @@ STEP_FIELDS: tuple[str, ...] = tuple(name for name in Transition._fields if name
 """The array fields of a :class:`~harness.api.Transition` in its order (``obs`` ...
 ``truncated``), without ``extras``: what a rollout chunk holds by name, so the stepper that
 writes chunks and the farm that turns them back into transitions name the same fields."""
+
+
+class Acting(Protocol):
+    """What the stepper needs of whoever chooses the actions: an :class:`~harness.api.Agent`,
+    or a farm actor's stand-in that asks a central policy server
+    (:class:`harness.runtime.inference.CentralActing`)."""
+
+    def sample(self, obs: Any) -> tuple[Any, Mapping[str, np.ndarray]]: ...
+
+    def episodes_ended(self, mask: np.ndarray) -> None: ...
 
 
 def episode_metrics(infos: Mapping[str, Any], i: int) -> dict[str, float]:
@@ -67,7 +77,7 @@ class EnvStepper:
         self.ep_return = np.zeros(self.n)  # a multi-agent env's: the team's (sum over agents)
         self.ep_length = np.zeros(self.n, dtype=np.int64)
 
-    def step(self, agent: Agent, finished: list[Episode]) -> Transition:
+    def step(self, agent: Acting, finished: list[Episode]) -> Transition:
         """One vector step; appends (return, length, metrics) of episodes that ended to
         ``finished``.
         The transition's ``next_obs`` holds the true final observation of ended episodes."""
@@ -98,7 +108,7 @@ class EnvStepper:
         self.obs = next_obs
         return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
 
-    def rollout(self, agent: Agent, steps: int, finished: list[Episode]) -> dict[str, Any]:
+    def rollout(self, agent: Acting, steps: int, finished: list[Episode]) -> dict[str, Any]:
         """``steps`` vector steps written into time-major arrays ``(steps, n, ...)``: the
         :data:`STEP_FIELDS` by name plus ``extras`` (a dict). What :meth:`step` gives step by
         step, for a remote actor: no per-step objects, the episode statistics done once at

@@ -203,6 +203,10 @@ class DDPGAgent(OffPolicyAgent):
             self.heads = self.rng.integers(self.algorithm.heads, size=len(obs))
         return self.algorithm.explore(obs, self.rng, self.heads)
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        return bool(self.algorithm.heads > 1)  # (one ensemble head per env and episode)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.algorithm.heads > 1 and len(mask) == len(self.heads):
             ended = np.flatnonzero(mask)

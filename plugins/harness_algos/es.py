@@ -410,6 +410,10 @@ class ESAgent(Agent):
             self.step[i] = 0
         self._params = None
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        return True  # (one antithetic perturbation per env and episode)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         self._draw(np.flatnonzero(mask))
 

@@ -432,6 +432,10 @@ class RolloutAgent(Agent):
             tuple(ops), self.env_info.observation.flat_dim, self.algorithm.act_dim, self.discrete
         )
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        return self.memory is not None  # (a recurrent policy's state per env)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:
             self.memory.ended(mask)

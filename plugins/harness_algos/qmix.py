@@ -525,6 +525,10 @@ class QMIXAgent(Agent):
         self.eval_last = q.argmax(-1)
         return self._as_dict(self.eval_last)
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        return True  # (each agent's GRU state per env)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         if len(mask) == len(self.hidden):
             self.hidden[mask] = 0.0

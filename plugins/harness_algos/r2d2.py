@@ -392,6 +392,10 @@ class R2D2Agent(Agent):
         actions: np.ndarray = q.argmax(-1)
         return actions
 
+    @property
+    def per_env_acting_state(self) -> bool:
+        return True  # (the LSTM state per env)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         self.states.ended(mask)
 

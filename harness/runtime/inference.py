@@ -1,0 +1,451 @@
+"""Central (batched) inference for an embedded local farm: ``run.inference = "central"``.
+
+Per-actor acting (``"actor"``, the default) runs a copy of the policy in every actor, one
+small batch (that actor's envs) at a time. With central inference the actors only step their
+envs; a :class:`PolicyServer` in the learner process holds the one acting copy of the agent,
+gathers the observations of every actor that is waiting, runs ONE ``agent.sample`` over them
+and hands each actor its rows of the actions and extras (behaviour log-probs included, so
+V-trace corrects for the policy that really acted). Sample Factory's policy workers and SEED
+RL's central inference, as an option of the same farm::
+
+    actor 0 (envs 0-3) --obs--> [ obs rows 0-3 ] --+
+    actor 1 (envs 4-7) --obs--> [ obs rows 4-7 ] --+--> agent.sample(batch) --> [actions,
+    ...                                                 (policy server thread)    extras]
+    actor i <-- its rows of actions/extras, woken by one byte on its reply FIFO ---------+
+
+How the parts talk (all on this host):
+
+- **Shared memory**: one ``.npy`` memory map per array in a private directory (``/dev/shm``
+  where there is one): ``obs`` ``(num_envs, *obs_shape)``, ``actions``, one per extra, and
+  ``control`` ``(actors, 3)`` int64 (request sequence number, answered sequence number,
+  weights version that answered). Actor ``i`` owns rows ``offsets[i]:offsets[i+1]``, fixed
+  for the run: an actor writes its observations once, the server reads whole runs of
+  neighbouring actors as views (every actor waiting: the whole array, no copy at all) and
+  writes the answers back in place. No pickling.
+- **Wake-ups**: FIFOs. An actor writes its index (4 bytes: atomic on a pipe) to the shared
+  ``requests`` FIFO; the server reads every waiting index at once (that is the batch) and
+  writes one byte to each answered actor's ``reply-i`` FIFO. Both sides open FIFOs
+  read-write, so neither blocks at open nor sees end-of-file when the other end dies.
+- **Exactly once**: the sequence numbers in ``control`` say which request is open; a
+  wake-up byte is only a hint. A replaced actor continues its slot's sequence, so a stale
+  answer for its dead predecessor is never taken for its own; a restarted server first
+  answers every open request (no actor is left waiting on a lost wake-up).
+- **Weights** reach the server by version (:meth:`PolicyServer.publish`, from the farm as
+  they reach per-actor actors): applied before the next batch, so on-policy rollouts
+  (requested after the publish) are acted by the newest version throughout, and a chunk's
+  ``version`` is the oldest version that answered any of its steps.
+- **Exploration state** lives with the server's agent: its ``rng``, ``env_steps`` (set from
+  the learner's with each version, advanced by each batch: epsilon schedules follow the
+  learner as on per-actor actors). Agents with per-env acting state (recurrent policies,
+  ES perturbations, a DDPG ensemble head per env) are refused (:func:`central_refusal`):
+  one batch over whichever actors are waiting would mix their envs up.
+
+The server is a thread of the learner process: its forward releases the GIL (numpy matrix
+products, torch ops), and it needs no second copy of the framework's memory or start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.api import Agent
+from harness.config import Config
+from harness.errors import ConfigError, HarnessError
+
+log = logging.getLogger(__name__)
+
+REQUEST, ANSWERED, VERSION = 0, 1, 2
+"""Columns of the ``control`` array: the newest request's sequence number, the sequence
+number answered, the weights version that answered it."""
+_STOP = np.int32(-1).tobytes()
+"""The record that tells the server thread to end."""
+MAX_SERVER_RESTARTS = 100
+"""A policy server that fails more often than this stops the run with its error."""
+AUTO_MIN_ACTORS = 16
+"""``run.inference = "auto"`` serves flat-observation policies centrally from this many
+actors on (below it a small MLP per actor costs less than the round trip to the server)."""
+
+
+# ------------------------------------------------------------------------------------------
+# start-up checks and the auto rule
+
+
+def central_refusal(agent: Agent) -> str | None:
+    """Why ``agent``'s ``sample`` cannot be batched over the rows of whichever actors are
+    waiting, or None when it can: a pure function of the observations, the agent's ``rng``,
+    its weights and ``env_steps``; an agent with per-env acting state says so
+    (:attr:`harness.api.Agent.per_env_acting_state`)."""
+    if agent.env_info.multi_agent:
+        return (
+            "its env is multi-agent (agent-keyed observation batches are not served centrally yet)"
+        )
+    if agent.per_env_acting_state:
+        return (
+            f"{agent.name} keeps acting state per env between steps (Agent.per_env_acting_state: "
+            "a recurrent policy's hidden state, an ES perturbation or a DDPG ensemble head per "
+            "episode), which one batch over whichever actors are waiting would mix up; "
+            "recurrent state on the policy server is not built yet"
+        )
+    return None
+
+
+def check_inference_config(config: Config) -> None:
+    """Refuse, before anything starts, a ``run.inference`` the run cannot have."""
+    run = config.run
+    if run.inference != "central":
+        return
+    if run.actors <= 0:
+        raise ConfigError(
+            f"run.inference = 'central' batches the actions of a farm's actors, but run.actors "
+            f"= {run.actors}: the envs step in this process, which acts with one batch already. "
+            "Set run.actors (e.g. --actors 2), or leave run.inference = 'actor'."
+        )
+    if run.cluster:
+        raise ConfigError(
+            f"run.inference = 'central' serves actors on this machine through shared memory; "
+            f"remote actors (run.cluster = {run.cluster!r}) cannot reach it (central inference "
+            "over ZeroMQ frames is not supported yet). Use run.inference = 'actor' with a "
+            "cluster, or leave run.cluster empty for an embedded local farm."
+        )
+
+
+def check_inference_agent(config: Config, agent: Agent) -> None:
+    """Refuse ``run.inference = "central"`` for an agent that cannot be batched."""
+    if config.run.inference != "central" or config.run.actors <= 0:
+        return
+    reason = central_refusal(agent)
+    if reason is not None:
+        raise ConfigError(
+            f"run.inference = 'central' cannot serve algorithm {config.run.algo!r}: {reason}. "
+            "Set run.inference = 'actor' (or 'auto', which picks it for this algorithm)."
+        )
+
+
+def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
+    """Whether a farm of ``config`` acts centrally, and why (logged at start-up).
+
+    ``auto``'s rule, measured on the 2-core dev VM (tools/bench_impala.py, bench_farm.py):
+    a CNN over image observations costs more per actor than the round trip to the server
+    and batches well, so it goes central; so do many actors (one copy of the network instead
+    of one per process, and one forward instead of hundreds of tiny ones); a small MLP on
+    a few actors stays per actor (microseconds of numpy per step, less than two FIFO
+    wake-ups)."""
+    run = config.run
+    if run.inference == "actor":
+        return False, "run.inference = 'actor'"
+    if run.inference == "central":
+        return True, "run.inference = 'central'"
+    if run.cluster:
+        return False, "auto: remote actors (run.cluster) act with their own copies"
+    reason = central_refusal(agent)
+    if reason is not None:
+        return False, f"auto: the agent cannot be batched centrally ({reason})"
+    if len(agent.env_info.observation.shape) == 3:
+        return True, "auto: image observations (a CNN policy batches well on the server)"
+    if run.actors >= AUTO_MIN_ACTORS:
+        return True, f"auto: {run.actors} actors (>= {AUTO_MIN_ACTORS}) share one batched policy"
+    return False, (
+        f"auto: a flat-observation policy on {run.actors} actors (< {AUTO_MIN_ACTORS}) is "
+        "cheaper per actor than a round trip to a server"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# the shared arrays
+
+
+@dataclass(frozen=True)
+class InferenceLink:
+    """What an actor needs to attach to a :class:`PolicyServer` (a few bytes, picklable)."""
+
+    directory: str
+    """The directory of the shared arrays and FIFOs."""
+    offsets: tuple[int, ...]
+    """Actor ``i``'s rows are ``offsets[i]:offsets[i + 1]``."""
+    extras: tuple[str, ...]
+    """The names of ``sample``'s extras, in the order of their files ``extra-J.npy``."""
+
+
+class _Arrays:
+    """The memory-mapped arrays of a link (created by the server, opened by actors)."""
+
+    def __init__(self, link: InferenceLink) -> None:
+        d = Path(link.directory)
+        self.obs = np.lib.format.open_memmap(d / "obs.npy", mode="r+")
+        self.actions = np.lib.format.open_memmap(d / "actions.npy", mode="r+")
+        self.extras = {
+            name: np.lib.format.open_memmap(d / f"extra-{j}.npy", mode="r+")
+            for j, name in enumerate(link.extras)
+        }
+        self.control = np.lib.format.open_memmap(d / "control.npy", mode="r+")
+
+
+def _create(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape).flush()
+
+
+def _shm_root() -> str | None:
+    """``/dev/shm`` where there is one (a RAM file system: the maps never touch a disk)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+# ------------------------------------------------------------------------------------------
+# the actor's side
+
+
+class CentralActing:
+    """An actor's stand-in for the agent (what :class:`~harness.runtime.stepper.EnvStepper`
+    calls): ``sample`` writes the observations into this actor's rows, wakes the server and
+    waits for its answer. Per-env acting state does not exist here (refused agents)."""
+
+    def __init__(self, link: InferenceLink, index: int) -> None:
+        self.index = index
+        self.rows = slice(link.offsets[index], link.offsets[index + 1])
+        self.arrays = _Arrays(link)
+        d = Path(link.directory)
+        self._requests = os.open(d / "requests", os.O_RDWR)
+        self._reply = os.open(d / f"reply-{index}", os.O_RDWR | os.O_NONBLOCK)
+        with contextlib.suppress(BlockingIOError):  # wake-ups meant for a predecessor
+            while os.read(self._reply, 4096):
+                pass
+        os.set_blocking(self._reply, True)
+        self._record = np.int32(index).tobytes()
+        # continue the slot's sequence: a predecessor's open request is never ours
+        self.seq = int(self.arrays.control[index, REQUEST])
+        self.oldest_version = -1
+        """The oldest weights version that answered since :meth:`begin_rollout` (-1: none)."""
+
+    def begin_rollout(self) -> None:
+        self.oldest_version = -1
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        a = self.arrays
+        a.obs[self.rows] = obs
+        self.seq += 1
+        control = a.control[self.index]
+        control[REQUEST] = self.seq  # after the observations: the server reads them after this
+        os.write(self._requests, self._record)
+        while control[ANSWERED] != self.seq:
+            os.read(self._reply, 64)  # blocks until a wake-up (a stale one: look again)
+        version = int(control[VERSION])
+        if self.oldest_version < 0 or version < self.oldest_version:
+            self.oldest_version = version
+        # copies: the next answer overwrites these rows while the caller may keep them
+        extras = {name: value[self.rows].copy() for name, value in a.extras.items()}
+        return a.actions[self.rows].copy(), extras
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        """No per-env acting state on this side (see :func:`central_refusal`)."""
+
+    def close(self) -> None:
+        for fd in (self._requests, self._reply):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------
+# the server
+
+
+class PolicyServer:
+    """The acting copy of the agent serving a farm's actors in batches (module docstring).
+
+    ``make_agent`` builds a fresh acting agent: the first one, and the replacement after a
+    failure (the newest published weights are loaded into it and every open request is
+    answered, so the actors, attached to the shared arrays, carry on)."""
+
+    def __init__(self, make_agent: Callable[[], Agent], sizes: list[int]) -> None:
+        self._make_agent = make_agent
+        self.agent = make_agent()
+        info = self.agent.env_info
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        rows = int(self.offsets[-1])
+        obs_shape = tuple(info.observation.shape)
+        obs_dtype = np.dtype(info.observation.dtype)
+        actions, extras = self._probe(np.zeros((1, *obs_shape), obs_dtype))
+        self.directory = tempfile.mkdtemp(prefix="harness-inference-", dir=_shm_root())
+        d = Path(self.directory)
+        names = tuple(extras)
+        _create(d / "obs.npy", (rows, *obs_shape), obs_dtype)
+        _create(d / "actions.npy", (rows, *actions.shape[1:]), actions.dtype)
+        for j, name in enumerate(names):
+            value = np.asarray(extras[name])
+            _create(d / f"extra-{j}.npy", (rows, *value.shape[1:]), value.dtype)
+        _create(d / "control.npy", (len(sizes), 3), np.dtype(np.int64))
+        os.mkfifo(d / "requests", 0o600)
+        for i in range(len(sizes)):
+            os.mkfifo(d / f"reply-{i}", 0o600)
+        self.link = InferenceLink(self.directory, tuple(int(o) for o in self.offsets), names)
+        self.arrays = _Arrays(self.link)
+        self._requests = os.open(d / "requests", os.O_RDWR)
+        self._replies = [
+            os.open(d / f"reply-{i}", os.O_RDWR | os.O_NONBLOCK) for i in range(len(sizes))
+        ]
+        self.version = -1
+        """The weights version acting now (-1: none published yet)."""
+        self.published = -1
+        """The newest version handed to :meth:`publish`."""
+        self._pending: tuple[int, Mapping[str, np.ndarray], int] | None = None
+        self._current: tuple[int, Mapping[str, np.ndarray], int] | None = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self.error: BaseException | None = None
+        self._stopping = False
+        self._batches = self._rows = 0
+        self._busy = 0.0  # seconds inside sample() since the last stats()
+        self._since = time.perf_counter()
+        self._thread = threading.Thread(target=self._main, name="policy-server", daemon=True)
+        self._thread.start()
+
+    def _probe(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One ``sample`` on a dummy observation: the shapes and dtypes of the actions and
+        extras. The agent's generator is put back, so the probe draws nothing for real."""
+        state = self.agent.rng.bit_generator.state
+        try:
+            actions, extras = self.agent.sample(obs)
+        finally:
+            self.agent.rng.bit_generator.state = state
+        return np.asarray(actions), {k: np.asarray(v) for k, v in extras.items()}
+
+    # -- the farm's side -------------------------------------------------------------------
+    def publish(self, version: int, weights: Mapping[str, np.ndarray], env_steps: int) -> None:
+        """New weights: the server acts with them from its next batch on."""
+        with self._lock:
+            self._pending = (version, weights, env_steps)
+            self.published = version
+
+    def check(self) -> None:
+        """Raise the error that stopped the server for good (the farm waits on actors that
+        it would otherwise leave waiting forever)."""
+        if self.error is not None:
+            raise HarnessError(
+                f"the policy server (run.inference = central) failed {self.restarts} times; "
+                f"last error: {self.error!r}"
+            ) from self.error
+
+    def stats(self) -> dict[str, float]:
+        """``farm/inference_*`` metrics since the last call: mean batch size (rows), batches
+        per second, the fraction of the time spent in ``sample``, restarts."""
+        now = time.perf_counter()
+        span = max(now - self._since, 1e-9)
+        out = {
+            "farm/inference_batch": self._rows / max(self._batches, 1),
+            "farm/inference_batches_per_s": self._batches / span,
+            "farm/inference_busy": self._busy / span,
+            "farm/inference_restarts": float(self.restarts),
+        }
+        self._batches = self._rows = 0
+        self._busy = 0.0
+        self._since = now
+        return out
+
+    def close(self) -> None:
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            os.write(self._requests, _STOP)
+        self._thread.join(timeout=10)
+        for fd in (self._requests, *self._replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- the server thread -----------------------------------------------------------------
+    def _main(self) -> None:
+        while not self._stopping:
+            try:
+                self._serve()
+                return
+            except Exception as exc:  # replaced, as a farm replaces a lost actor
+                if self._stopping:
+                    return
+                self.restarts += 1
+                if self.restarts > MAX_SERVER_RESTARTS:
+                    log.error("policy server failed %d times; giving up", self.restarts)
+                    self.error = exc
+                    return
+                log.warning("policy server failed (%r); starting a replacement", exc)
+                self._replace()
+
+    def _replace(self) -> None:
+        rng = self.agent.rng.bit_generator.state
+        self.agent = self._make_agent()
+        self.agent.rng.bit_generator.state = rng
+        with self._lock:
+            if self._pending is None and self._current is not None:
+                self._pending = self._current  # loaded into the new agent at its first batch
+
+    def _serve(self) -> None:
+        self._answer(np.arange(len(self._replies)))  # every request left open (a restart)
+        while True:
+            data = os.read(self._requests, 4 * 65536)  # every waiting actor (GIL released)
+            ids = np.frombuffer(data, np.int32)
+            if ids.size and ids.min() < 0:
+                return
+            self._answer(np.unique(ids))
+
+    def _answer(self, ids: np.ndarray) -> None:
+        """One batched ``sample`` over the open requests of actors ``ids`` (sorted)."""
+        control = self.arrays.control
+        asked = control[ids, REQUEST]  # a snapshot: a request made after it waits its turn
+        open_ = asked != control[ids, ANSWERED]
+        ids, asked = ids[open_], asked[open_]
+        if not ids.size:
+            return
+        self._load_weights()
+        runs = self._runs(ids)
+        a = self.arrays
+        obs = (
+            a.obs[runs[0][0] : runs[0][1]]
+            if len(runs) == 1
+            else np.concatenate([a.obs[lo:hi] for lo, hi in runs])
+        )
+        start = time.perf_counter()
+        actions, extras = self.agent.sample(obs)
+        self._busy += time.perf_counter() - start
+        self.agent.env_steps += len(obs)
+        pos = 0
+        for lo, hi in runs:
+            end = pos + hi - lo
+            a.actions[lo:hi] = actions[pos:end]
+            for name, value in extras.items():
+                a.extras[name][lo:hi] = value[pos:end]
+            pos = end
+        control[ids, VERSION] = self.version
+        control[ids, ANSWERED] = asked  # after the answers: the actor reads them after this
+        for i in ids:
+            with contextlib.suppress(BlockingIOError):  # a full FIFO: its reader has the news
+                os.write(self._replies[i], b"\0")
+        self._batches += 1
+        self._rows += len(obs)
+
+    def _runs(self, ids: np.ndarray) -> list[tuple[int, int]]:
+        """The rows of actors ``ids`` (sorted) as ``(start, stop)`` runs, neighbours merged."""
+        starts, stops = self.offsets[ids], self.offsets[ids + 1]
+        cut = np.flatnonzero(starts[1:] != stops[:-1]) + 1
+        return [
+            (int(starts[lo]), int(stops[hi - 1]))
+            for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ids)], strict=True)
+        ]
+
+    def _load_weights(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        version, weights, env_steps = pending
+        self.agent.set_weights(weights)
+        self.agent.env_steps = env_steps  # exploration schedules follow the learner
+        self.version = version
+        self._current = pending

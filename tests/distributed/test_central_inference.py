@@ -1,0 +1,313 @@
+"""Central (batched) inference for the farm (``run.inference = "central"``): real shared
+memory, real FIFOs, a real policy-server thread, real actor processes on an embedded ZeroMQ
+farm.
+
+- The server answers exactly what the agent's own ``sample`` gives for the same
+  observations, weights and generator (torch and paddle), and never mixes up the rows of
+  actors served in one batch.
+- PPO and IMPALA on CartPole reach the learning threshold with central inference over 2
+  actors; PPO's rollouts are acted by the newest weights throughout.
+- Exactly once: actors killed every few seconds, and a policy server that fails mid-run, are
+  replaced; every transition the learner received was observed once.
+- Bad configs fail at start-up naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness import hookimpl
+from harness.config import find_pack_file, layer, resolve
+from harness.errors import ConfigError
+from harness.plugins import collect_registry, make_plugin_manager
+from harness.runtime import env_info, make_agent, make_envs, train
+from harness.runtime.inference import CentralActing, PolicyServer
+
+pytestmark = pytest.mark.distributed
+
+ROOT = Path(__file__).resolve().parents[2]
+PACK = find_pack_file(ROOT / "competitions" / "cartpole")
+IMPALA = ROOT / "competitions" / "cartpole" / "impala.toml"
+ES = ROOT / "competitions" / "cartpole" / "es.toml"
+
+
+class Recorder:
+    """Every iteration's metrics and the final step counts."""
+
+    def __init__(self) -> None:
+        self.metrics: list[dict[str, float]] = []
+        self.final_step = -1
+        self.env_steps = -1
+        self.central = False
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        self.metrics.append(dict(metrics))
+        self.central = getattr(run.collector, "server", None) is not None
+
+    @hookimpl
+    def harness_run_end(self, run: Any, summary: Mapping[str, Any]) -> None:
+        self.final_step = run.step
+        self.env_steps = run.agent.env_steps
+
+
+def run_farm(
+    tmp_path: Path,
+    overrides: list[str],
+    files: tuple[Path, ...] = (),
+    plugins: tuple[Any, ...] = (),
+) -> tuple[Any, Recorder]:
+    pm = make_plugin_manager()
+    recorder = Recorder()
+    pm.register(recorder, name="recorder")
+    for i, plugin in enumerate(plugins):
+        pm.register(plugin, name=f"test-plugin-{i}")
+    registry = collect_registry(pm)
+    base = [f"out='{tmp_path}'", "trackers=['csv']", "progress=false"]
+    config = resolve(layer(PACK, list(files), base + overrides, environ={}), registry)
+    return train(config, registry, pm), recorder
+
+
+# ------------------------------------------------------------------------------------------
+# the server answers what the agent samples
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(-1, keepdims=True)
+    return np.asarray(z - np.log(np.exp(z).sum(-1, keepdims=True)))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala"])
+def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name: str) -> None:
+    files = [IMPALA] if algo == "impala" else []
+    registry = collect_registry(make_plugin_manager())
+    config = resolve(
+        layer(PACK, files, [f"backend='{harness_backend_name}'", "num_envs=8"], environ={}),
+        registry,
+    )
+    envs = make_envs(config, registry, 1, seed=None)
+    info = dataclasses.replace(env_info(config.run.env, envs), num_envs=8)
+    envs.close()
+    learner = make_agent(config, registry, info)
+
+    def acting() -> Any:
+        agent = make_agent(config, registry, info)  # other initial weights until published
+        agent.rng = np.random.default_rng(5)
+        return agent
+
+    server = PolicyServer(acting, [3, 5])
+    actors: list[CentralActing] = []
+    try:
+        server.publish(7, learner.weights(), 1234)
+        actors = [CentralActing(server.link, i) for i in range(2)]
+        learner.rng = np.random.default_rng(5)  # the reference draws from the same stream
+        data = np.random.default_rng(0).standard_normal((6, 8, 4)).astype(np.float32)
+        # one actor at a time: each batch is that actor's rows, in the reference's order
+        for obs in data:
+            for actor, rows in zip(actors, (slice(0, 3), slice(3, 8)), strict=True):
+                got_actions, got_extras = actor.sample(obs[rows])
+                want_actions, want_extras = learner.sample(obs[rows])
+                np.testing.assert_array_equal(got_actions, want_actions)
+                assert sorted(got_extras) == sorted(want_extras)
+                for key, value in want_extras.items():
+                    np.testing.assert_allclose(got_extras[key], value, rtol=1e-6, atol=1e-7)
+        assert [a.oldest_version for a in actors] == [7, 7]
+        assert server.agent.env_steps == 1234 + 6 * 8  # schedules follow the learner's count
+
+        # both actors at once, in whatever batches the server forms: every row's log-prob is
+        # its own observation's under the published weights
+        def act(actor: CentralActing, width: int, seed: int, out: list[Any]) -> None:
+            rng = np.random.default_rng(seed)
+            for _ in range(40):
+                obs = rng.standard_normal((width, 4)).astype(np.float32)
+                out.append((obs, *actor.sample(obs)))
+
+        results: list[list[Any]] = [[], []]
+        threads = [
+            threading.Thread(target=act, args=(actors[i], w, 10 + i, results[i]))
+            for i, w in enumerate((3, 5))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert all(len(r) == 40 for r in results)
+        for obs, actions, extras in results[0] + results[1]:
+            logits = learner.algorithm.policy_outputs(obs)[0][0]
+            want = np.take_along_axis(_log_softmax(logits), actions[:, None], -1)[:, 0]
+            np.testing.assert_allclose(extras["log_prob"], want, rtol=1e-5, atol=1e-5)
+        assert server.stats()["farm/inference_batch"] >= 3.0
+    finally:
+        for actor in actors:
+            actor.close()
+        server.close()
+    assert not Path(server.link.directory).exists(), "the shared arrays were left behind"
+
+
+# ------------------------------------------------------------------------------------------
+# learning
+
+
+def test_ppo_on_two_actors_with_central_inference_solves_cartpole(tmp_path: Path) -> None:
+    result, rec = run_farm(tmp_path, ["actors=2", "num_envs=8", "seed=1", "inference='central'"])
+    assert rec.central, "the farm did not act centrally"
+    assert result.best_eval >= 475.0, f"PPO, central inference: best eval {result.best_eval:.1f}"
+    farm = [m for m in rec.metrics if "farm/policy_lag" in m]
+    assert max(m["farm/policy_lag_max"] for m in farm) == 0.0, "PPO learned from stale weights"
+    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps
+    assert all(m["farm/inference_batches_per_s"] > 0 for m in farm), "the server acted for none"
+
+
+@pytest.mark.slow
+def test_impala_on_two_actors_with_central_inference_solves_cartpole(tmp_path: Path) -> None:
+    from harness.checkpoint import latest_checkpoint
+    from harness.runtime import evaluate, load_agent
+
+    result, rec = run_farm(tmp_path, ["actors=2", "seed=1", "inference='central'"], files=(IMPALA,))
+    assert rec.central
+    registry = collect_registry(make_plugin_manager())
+    config = resolve(
+        layer(PACK, [IMPALA], [f"out='{tmp_path}'", "inference='central'"], environ={}),
+        registry,
+    )
+    agent = load_agent(config, registry, latest_checkpoint(result.run_dir))
+    fresh = evaluate(agent, config, registry, 20, seed=777_001)
+    assert fresh.mean >= 475.0, f"IMPALA, central inference: fresh 20-episode mean {fresh.mean}"
+    farm = [m for m in rec.metrics if "farm/policy_lag" in m]
+    assert max(m["farm/policy_lag_max"] for m in farm) <= 4.0
+    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps
+
+
+# ------------------------------------------------------------------------------------------
+# faults
+
+
+class Killer:
+    """Kills one actor (SIGKILL, by the pid the actor reports) every ``every`` seconds."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.next = time.monotonic() + every
+        self.kills = 0
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        if time.monotonic() < self.next:
+            return
+        slot = run.collector.slots[self.kills % len(run.collector.slots)]
+        os.kill(slot.proxy.pid(), signal.SIGKILL)
+        self.kills += 1
+        self.next = time.monotonic() + self.every
+
+
+class ServerFault:
+    """Makes the policy server's agent raise in the middle of a batch every ``every``
+    seconds: the server is replaced (a fresh agent) and its actors carry on."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.next = time.monotonic() + every
+        self.faults = 0
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
+        if time.monotonic() < self.next:
+            return
+        agent = run.collector.server.agent
+
+        def broken(obs: Any) -> Any:
+            raise RuntimeError("policy worker lost (injected)")
+
+        agent.sample = broken
+        self.faults += 1
+        self.next = time.monotonic() + self.every
+
+
+@pytest.mark.parametrize(
+    ("algo", "seconds", "stream"),
+    [
+        pytest.param("random", 25, True, id="streamed"),
+        pytest.param("ppo", 60, False, id="rounds", marks=pytest.mark.slow),
+    ],
+)
+def test_killed_actors_and_a_failed_server_lose_nothing(
+    tmp_path: Path, algo: str, seconds: int, stream: bool
+) -> None:
+    """kill -9 of an actor every 3 s and a policy-server failure every 4 s (Delay env, 5 ms
+    a step); the run completes and every transition received was observed exactly once."""
+    killer, fault = Killer(every=3.0), ServerFault(every=4.0)
+    result, rec = run_farm(
+        tmp_path,
+        [
+            f"algo='{algo}'",
+            "env='harness/Delay-v0'",
+            "env.kwargs={step_seconds=0.005}",
+            "actors=3",
+            "num_envs=6",
+            "total_steps=10_000_000",
+            f"max_seconds={seconds}",
+            "max_policy_lag=2",
+            "eval_every=0",
+            "eval_episodes=2",
+            "checkpoint_every=0",
+            "inference='central'",
+        ],
+        plugins=(killer, fault),
+    )
+    assert rec.central
+    farm = [m for m in rec.metrics if "farm/actor_restarts" in m]
+    assert result.stopped_early, "the run should end by run.max_seconds"
+    assert killer.kills >= 4 and fault.faults >= 3, "the run was too short to test"
+    assert result.steps >= 5_000, f"only {result.steps} steps in {seconds} s"
+    assert farm[-1]["farm/actor_restarts"] >= killer.kills - 1  # the last kill may be unseen
+    assert farm[-1]["farm/inference_restarts"] >= fault.faults - 1
+    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
+
+
+# ------------------------------------------------------------------------------------------
+# bad configs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "files", "match"),
+    [
+        (["actors=0"], (), r"run\.inference = 'central'.*run\.actors = 0.*--actors 2"),
+        (
+            ["actors=2", "cluster='tcp://127.0.0.1:1'"],
+            (),
+            r"remote actors.*not supported yet.*run\.inference = 'actor'",
+        ),
+        (
+            ["actors=2"],
+            (ES,),
+            r"cannot serve algorithm 'es'.*acting state per env.*run\.inference = 'actor'",
+        ),
+        (
+            ["actors=2", "algo.recurrent='lstm'"],
+            (),
+            r"cannot serve algorithm 'ppo'.*recurrent.*run\.inference = 'actor'",
+        ),
+    ],
+    ids=["no-actors", "cluster", "es", "recurrent"],
+)
+def test_central_inference_that_cannot_work_is_refused_at_start_up(
+    tmp_path: Path, overrides: list[str], files: tuple[Path, ...], match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        run_farm(tmp_path, [*overrides, "inference='central'"], files=files)
+    assert not any(tmp_path.iterdir()), "a refused start left a run directory behind"
+
+
+def test_a_misspelled_inference_mode_names_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"run\.inference = 'centrl'.*Did you mean 'central'"):
+        run_farm(tmp_path, ["actors=2", "inference='centrl'"])
