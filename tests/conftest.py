@@ -48,6 +48,11 @@ def pin_worker(workerinput: Mapping[str, Any]) -> list[int]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Mesa (MuJoCo's EGL rendering in the video tests) starts a shader disk-cache thread that
+    # sets its own affinity to every core, so a worker pinned to one core would spill onto the
+    # other worker's (seen in CI: thread "disk$0" on {0, 1}); rendering without the on-disk
+    # cache starts no such thread
+    os.environ.setdefault("MESA_SHADER_CACHE_DISABLE", "true")
     worker = getattr(config, "workerinput", None)  # set on xdist's workers only
     if worker is None or not hasattr(os, "sched_setaffinity"):
         return
