@@ -37,6 +37,9 @@ FINAL_FRAME = "final_frame"
 vector env merges it into ``infos["final_info"]`` with a ``_final_frame`` mask): optional for
 an env family, used when present."""
 
+CAPTION_BACKGROUND = (24, 24, 24)
+"""The caption strip's colour (near-black; the text is near-white)."""
+
 DEFAULT_FPS = 30.0
 """Frames per second when the env's metadata has no ``render_fps``."""
 
@@ -63,10 +66,14 @@ STRIP_FRAMES = 8
 STRIP_WIDTH = 240
 """Width of a filmstrip tile at most."""
 
-X264_OPTIONS = ("-preset", "veryfast", "-crf", "23", "-movflags", "+faststart")
-"""ffmpeg output options. ``veryfast`` rather than the default ``medium``: ffmpeg encodes
-in its own process beside the evaluation, and on the 2-core dev VM the default preset took
-about twice the CPU per 600x424 CartPole frame for files of about the same size."""
+X264_OPTIONS = (
+    "-preset", "superfast", "-threads", "1", "-crf", "23", "-movflags", "+faststart",
+)  # fmt: skip
+"""ffmpeg output options. ffmpeg encodes in its own process beside the evaluation, so what
+counts is that it keeps up with the env on one core of its own: 600x424 CartPole frames, quiet
+2-core VM, ms per frame with ``-threads 1`` / x264's automatic threads: ultrafast 1.16 / 1.50,
+superfast 1.17 / 1.72, veryfast 1.36 / 1.53 (the default ``medium`` about twice veryfast).
+More threads only took the evaluation's core."""
 
 
 QUEUE_FRAMES = 16
@@ -162,6 +169,7 @@ class Captioner:
     def __init__(self, image: Any, draw: Any, font_module: Any) -> None:
         self._image, self._draw = image, draw
         self._fonts: dict[int, Any] = {}
+        self._glyphs: dict[tuple[str, int], np.ndarray] = {}
         self._font_module = font_module
 
     def font(self, size: int) -> Any:
@@ -173,13 +181,30 @@ class Captioner:
         return self._fonts[size]
 
     def strip(self, text: str, width: int, height: int) -> np.ndarray:
-        """A ``(height, width, 3)`` uint8 strip with ``text`` on it."""
-        strip = self._image.new("RGB", (width, height), (24, 24, 24))
-        size = max(8, height * 7 // 12)
-        self._draw.Draw(strip).text(
-            (6, (height - size) // 2 - 1), text, fill=(235, 235, 235), font=self.font(size)
-        )
-        return np.asarray(strip)
+        """A ``(height, width, 3)`` uint8 strip with ``text`` on it, pasted from glyph tiles
+        drawn once per character: drawing the caption with FreeType on every frame took 0.5
+        ms of the evaluation's thread per frame (cProfile, 600-px CartPole frames), more than
+        the encoder left it; the tiles ignore kerning, which a caption does not need."""
+        tiles = [self._glyph(char, height) for char in text]
+        row = np.concatenate([self._glyph(" ", height)[:, :6], *tiles], axis=1)[:, :width]
+        if row.shape[1] < width:
+            pad = np.full((height, width - row.shape[1], 3), CAPTION_BACKGROUND, np.uint8)
+            row = np.concatenate([row, pad], axis=1)
+        return row
+
+    def _glyph(self, char: str, height: int) -> np.ndarray:
+        """``char`` drawn on the caption's background, a tile as wide as its advance."""
+        tile = self._glyphs.get((char, height))
+        if tile is None:
+            size = max(8, height * 7 // 12)
+            font = self.font(size)
+            width = max(1, round(font.getlength(char)))
+            image = self._image.new("RGB", (width, height), CAPTION_BACKGROUND)
+            self._draw.Draw(image).text(
+                (0, (height - size) // 2 - 1), char, fill=(235, 235, 235), font=font
+            )
+            tile = self._glyphs[(char, height)] = np.asarray(image)
+        return tile
 
     def under(self, frame: np.ndarray, text: str, height: int) -> np.ndarray:
         """``frame`` with a caption strip of ``height`` pixels under it."""
