@@ -1,11 +1,11 @@
-"""Headless Chromium for the browser tests (the report page; the monitor's tests keep their own
-copy in tests/distributed/test_monitor.py for now).
+"""Headless Chromium for the browser tests (the report page, the cluster's web monitor).
 
 ``chromium_binary()`` finds the browser ($HARNESS_CHROMIUM, else PATH), running
 ``tools/install_chromium.sh`` once when it is missing, and skips the test only if it is still
 missing. ``open_page()`` runs one headless Chromium with the network refused (a dead proxy, a
-resolver that resolves nothing), its own process group (killed if it overruns) and a throwaway
-profile. Set ``HARNESS_ARTIFACTS=DIR`` to keep screenshots there as well as under ``tmp_path``.
+resolver that resolves nothing; ``offline=False`` for a page served on loopback, such as the
+monitor's), its own process group (killed if it overruns) and a throwaway profile. Set
+``HARNESS_ARTIFACTS=DIR`` to keep screenshots there as well as under ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ def chromium_binary() -> str:
 
 
 def open_page(
-    binary: str, tmp_path: Path, url: str, *mode: str, budget_ms: int = 5000
+    binary: str, tmp_path: Path, url: str, *mode: str, budget_ms: int = 5000, offline: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """One offline headless Chromium run on ``url`` (``mode``: --dump-dom, --screenshot=...)."""
+    """One headless Chromium run on ``url`` (``mode``: --dump-dom, --screenshot=...), with
+    every network load refused unless ``offline`` is False (the dead proxy takes loopback too)."""
     profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
     cmd = [
         binary,
@@ -88,7 +89,7 @@ def open_page(
         "--hide-scrollbars",
         "--mute-audio",
         "--autoplay-policy=no-user-gesture-required",
-        *OFFLINE,
+        *(OFFLINE if offline else ()),
         f"--user-data-dir={profile}",
         f"--virtual-time-budget={budget_ms}",
         *mode,

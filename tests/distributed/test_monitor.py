@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any
 
 import psutil
 import pytest
+from browser import check_screenshot, chromium_binary, open_page
 
 from harness_zmq import monitor
 from harness_zmq.monitor import MonitorServer, host_stats
@@ -37,8 +37,6 @@ pytestmark = pytest.mark.distributed
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "plugins" / "harness_zmq"
-INSTALL_SCRIPT = REPO / "tools" / "install_chromium.sh"
-BROWSER_TIMEOUT_S = 90.0
 
 
 def sample_status() -> dict[str, Any]:
@@ -367,85 +365,16 @@ def test_gpu_stats_without_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
 # A real browser
 
 
-def _find_chromium() -> str | None:
-    override = os.environ.get("HARNESS_CHROMIUM")
-    if override:
-        return shutil.which(override) or (override if os.access(override, os.X_OK) else None)
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    found = _find_chromium()
-    if found:
-        return found
-    note = ""
-    if INSTALL_SCRIPT.exists():
-        try:
-            r = subprocess.run(
-                ["bash", str(INSTALL_SCRIPT)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            note = (r.stdout + r.stderr)[-600:]
-        except subprocess.TimeoutExpired:
-            note = "tools/install_chromium.sh did not finish within 600 s"
-        found = _find_chromium()
-        if found:
-            return found
-    pytest.skip(
-        "chromium is not installed and could not be installed here (run "
-        f"tools/install_chromium.sh, or set HARNESS_CHROMIUM): {note.strip()}"
-    )
+    return chromium_binary()
 
 
 def run_chromium(
     binary: str, tmp_path: Path, url: str, *mode: str, budget_ms: int = 5000
 ) -> subprocess.CompletedProcess[str]:
-    """One headless Chromium run, killed (its own process group, which we started) if it
-    overruns."""
-    profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
-    cmd = [
-        binary,
-        "--headless",
-        "--disable-gpu",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-extensions",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        f"--virtual-time-budget={budget_ms}",
-        *mode,
-        url,
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=BROWSER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=10)
-        pytest.fail(f"chromium did not finish within {BROWSER_TIMEOUT_S} s: {err[-2000:]}")
-    finally:
-        # Helpers chromium may leave behind in the group it led.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {err[-2000:]}"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    """One headless Chromium run on the monitor (served on loopback, so not offline)."""
+    return open_page(binary, tmp_path, url, *mode, budget_ms=budget_ms, offline=False)
 
 
 class _PageReader(HTMLParser):
@@ -508,13 +437,7 @@ def render(binary: str, tmp_path: Path, url: str) -> _PageReader:
 def screenshot(binary: str, tmp_path: Path, url: str, name: str) -> Path:
     shot = tmp_path / name
     run_chromium(binary, tmp_path, url, f"--screenshot={shot}", "--window-size=1280,900")
-    assert shot.exists(), "chromium wrote no screenshot"
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert shot.stat().st_size > 5000, "the screenshot looks blank"
-    artifacts = os.environ.get("HARNESS_ARTIFACTS")
-    if artifacts:
-        Path(artifacts).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(shot, Path(artifacts) / name)
+    check_screenshot(shot)
     return shot
 
 
