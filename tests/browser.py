@@ -10,10 +10,8 @@ monitor's), its own process group (killed if it overruns) and a throwaway profil
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from functools import cache
@@ -21,14 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import HarnessError
+from harness_report.screenshot import chromium_command, run_chromium
+
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = REPO / "tools" / "install_chromium.sh"
 BROWSER_TIMEOUT_S = 90.0
-OFFLINE = (
-    "--proxy-server=127.0.0.1:9",
-    "--proxy-bypass-list=<-loopback>",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -75,41 +71,16 @@ def open_page(
     binary: str, tmp_path: Path, url: str, *mode: str, budget_ms: int = 5000, offline: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """One headless Chromium run on ``url`` (``mode``: --dump-dom, --screenshot=...), with
-    every network load refused unless ``offline`` is False (the dead proxy takes loopback too)."""
+    every network load refused unless ``offline`` is False (the dead proxy takes loopback too),
+    through the command line and runner ``harness report --screenshot`` uses."""
     profile = tmp_path / f"chromium-profile-{time.monotonic_ns()}"
-    cmd = [
-        binary,
-        "--headless",
-        "--disable-gpu",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-extensions",
-        "--hide-scrollbars",
-        "--mute-audio",
-        "--autoplay-policy=no-user-gesture-required",
-        *(OFFLINE if offline else ()),
-        f"--user-data-dir={profile}",
-        f"--virtual-time-budget={budget_ms}",
-        *mode,
-        url,
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    command = chromium_command(binary, profile, *mode, url, budget_ms=budget_ms, offline=offline)
     try:
-        out, err = proc.communicate(timeout=BROWSER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=10)
-        pytest.fail(f"chromium did not finish within {BROWSER_TIMEOUT_S} s: {err[-2000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # helpers left in the group it led
-    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {err[-2000:]}"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        done = run_chromium(command, timeout=BROWSER_TIMEOUT_S)
+    except HarnessError as exc:  # (it overran and was killed)
+        pytest.fail(str(exc))
+    assert done.returncode == 0, f"chromium exited {done.returncode}: {done.stderr[-2000:]}"
+    return done
 
 
 def check_screenshot(shot: Path, min_bytes: int = 5000) -> None:

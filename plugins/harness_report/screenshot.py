@@ -53,8 +53,12 @@ def find_chromium() -> str:
     )
 
 
-def chromium_command(binary: str, profile: Path, *mode: str, budget_ms: int = 4000) -> list[str]:
-    """A headless, offline Chromium command line; ``mode`` is --screenshot=... or --dump-dom."""
+def chromium_command(
+    binary: str, profile: Path, *mode: str, budget_ms: int = 4000, offline: bool = True
+) -> list[str]:
+    """A headless Chromium command line, offline unless ``offline`` is False (the dead proxy
+    takes loopback too: a page served on 127.0.0.1 needs False); ``mode`` is --screenshot=...
+    or --dump-dom, then the URL."""
     return [
         binary,
         "--headless",
@@ -67,7 +71,7 @@ def chromium_command(binary: str, profile: Path, *mode: str, budget_ms: int = 40
         "--hide-scrollbars",
         "--mute-audio",
         "--autoplay-policy=no-user-gesture-required",
-        *OFFLINE_FLAGS,
+        *(OFFLINE_FLAGS if offline else ()),
         f"--user-data-dir={profile}",
         f"--virtual-time-budget={budget_ms}",
         *mode,
