@@ -119,8 +119,13 @@ class RunConfig:
     copy of the policy on its own envs' observations), 'central' (actors only step envs; a
     policy server in the learner process runs one batched forward over the observations of
     every waiting actor, exchanged through shared memory: an embedded local farm, agents
-    without per-env acting state), or 'auto' (central for image observations or 16+ actors,
-    else per actor; the choice is logged). See docs/distributed.md."""
+    without per-env acting state), or 'auto' (central from 128 actors on, else per actor; the
+    choice is logged). See docs/distributed.md."""
+    inference_wait_ms: float = 0.0
+    """Central inference: how long the policy server waits, once a request arrived, for more
+    actors' requests before it runs the batch (0: it serves whoever is waiting at once).
+    Bigger batches cost less CPU per row; each step waits up to this much longer. See
+    docs/distributed.md for where it pays."""
     init_from: str = ""
     """A checkpoint (or a run directory: its newest) whose networks and optimisers this run
     starts from, on the same env and backend; counters, replay and schedules start fresh. It
@@ -351,6 +356,7 @@ RUN_LOWER_BOUNDS: tuple[tuple[str, int, str], ...] = (
     ("max_actors", 0, "0 sizes the limit from this machine's available memory."),
     ("max_policy_lag", 0, "0 makes every actor wait for the newest weights."),
     ("actor_memory_mb", 0, "0 means no limit."),
+    ("inference_wait_ms", 0, "0 serves the waiting actors at once."),
 )
 """``(key, smallest value, how to fix it)`` for every number of :class:`RunConfig`."""
 

@@ -27,6 +27,11 @@ forward on every actor against one batched forward:
 
     .venv/bin/python tools/bench_farm.py --algo dqn --inference actor,central
 
+``central@MS`` is central with ``run.inference_wait_ms = MS`` (the server waits up to MS
+milliseconds for more actors' requests before a batch; ~3 ms paid best with 256 actors):
+
+    .venv/bin/python tools/bench_farm.py --algo dqn --inference actor,central,central@3
+
 Ray mode (``--impls`` with ``ray`` or ``raw-ray``): the same load on several implementations in
 one run, each run in a fresh subprocess, in a private loopback-only network namespace (Ray
 binds every interface; ``unshare -n``, as root), ``--rounds`` times in alternating order (ABBA,
@@ -184,7 +189,15 @@ def bare_reference(n: int, step_ms: float, seconds: float) -> float:
     total = sum(out.get(timeout=seconds + 120) for _ in procs)
     for proc in procs:
         proc.join(timeout=30)
-    return total / seconds
+    return float(total) / seconds
+
+
+def inference_overrides(mode: str) -> list[str]:
+    """Config overrides of an ``--inference`` mode: ``actor``, ``central``, ``auto``, or
+    ``central@MS`` (central with ``run.inference_wait_ms = MS``: the server waits up to MS
+    milliseconds for more actors' requests before each batch)."""
+    name, _, wait = mode.partition("@")
+    return [f"inference='{name}'", f"inference_wait_ms={float(wait or 0)}"]
 
 
 class Probe:
@@ -277,7 +290,7 @@ def harness_farm(
         f"out='{out}'",
         f"max_policy_lag={args.lag}",
         f"transport='{transport}'",
-        f"inference='{inference}'",
+        *inference_overrides(inference),
     ]
     files = []
     if args.algo == "dqn":
@@ -756,7 +769,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--inference",
         default="actor",
-        help="comma list of run.inference modes (actor, central, auto), each measured in turn",
+        help="comma list of run.inference modes (actor, central, auto; central@MS: central with "
+        "run.inference_wait_ms = MS), each measured in turn",
     )
     p.add_argument("--json", help="also write the result here")
     p.add_argument("--from-json", metavar="FILE", help="Ray mode: re-print a saved run")

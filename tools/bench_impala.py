@@ -25,7 +25,12 @@ plus the CNN forward at the mean batch size the server reached, spread over the 
 
 Frames are emulator frames (agent steps x the frame skip of 4). Reported: each rate and the
 farm's ratio to the plain envs (measured before and after the others, averaged; target
->= 85%) and to envs + policy.
+>= 85%) and to envs + policy; then the CPU microseconds per agent step of every process of
+each mode over its window (the plain and acting processes; the farm's actors and learner
+process, and of it the policy server thread): on a machine shared with other jobs the rates
+follow the share of the cores each mode got, the CPU per step much less, and
+``plain / total`` is what the farm would reach with the cores to itself. ``central@MS`` in
+``--inference`` is central with ``run.inference_wait_ms = MS``.
 
 ``--policy-cost`` measures instead what bounds the ratio on a CPU-only machine: one env
 process alone (microseconds per agent step) against the CNN's forward per observation at
@@ -110,6 +115,7 @@ def _loop(args: argparse.Namespace, act: bool, ready: Any, go: Any, start: Any, 
     time.sleep(max(0.0, start.value - time.time()))
     end = start.value + args.seconds
     count = 0
+    cpu0 = time.process_time()
     while True:
         if agent is not None:
             actions = agent.sample(obs)[0]
@@ -119,13 +125,15 @@ def _loop(args: argparse.Namespace, act: bool, ready: Any, go: Any, start: Any, 
         if time.time() >= end:
             break
         count += args.envs_per_actor
+    cpu = time.process_time() - cpu0
     envs.close()
-    out.put(count)
+    out.put((count, cpu))
 
 
-def reference(args: argparse.Namespace, act: bool) -> float:
+def reference(args: argparse.Namespace, act: bool) -> tuple[float, float]:
     """Summed agent steps/s of ``--actors`` forked processes running :func:`_loop` at the
-    same time."""
+    same time, and their CPU microseconds per agent step (on a loaded machine the rate
+    follows the share of the cores these processes got; the CPU per step does not)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -140,11 +148,20 @@ def reference(args: argparse.Namespace, act: bool) -> float:
         ready.get(timeout=300)
     start.value = time.time() + 1.0
     go.set()
-    total = sum(out.get(timeout=args.seconds + 120) for _ in procs)
+    results = [out.get(timeout=args.seconds + 120) for _ in procs]
     for proc in procs:
         proc.join(timeout=30)
     seconds: float = args.seconds
-    return float(total) / seconds
+    total = sum(count for count, _ in results)
+    return float(total) / seconds, 1e6 * sum(cpu for _, cpu in results) / max(total, 1)
+
+
+def inference_overrides(mode: str) -> list[str]:
+    """Config overrides of an ``--inference`` mode: ``actor``, ``central``, ``auto``, or
+    ``central@MS`` (central with ``run.inference_wait_ms = MS``: the server waits up to MS
+    milliseconds for more actors' requests before each batch)."""
+    name, _, wait = mode.partition("@")
+    return [f"inference='{name}'", f"inference_wait_ms={float(wait or 0)}"]
 
 
 class Probe:
@@ -160,6 +177,8 @@ class Probe:
         self.warm_until: float | None = None
         self.last: dict[str, float] = {}
         self.updates = 0
+        self.pids: list[int] = []
+        self.cpu0 = self.cpu1 = (0.0, 0.0)
 
     @hookimpl
     def harness_run_start(self, run: Any) -> None:
@@ -181,11 +200,39 @@ class Probe:
                 self.warm_until = now + self.warmup
             return
         if self.t0 is None and now >= self.warm_until:
-            self.t0, self.step0, self.updates = now, run.step, run.agent.updates
+            self.pids = [slot.proxy.pid() for slot in run.collector.slots]
+            self.cpu0 = cpu_seconds(self.pids)
+            self.t0, self.step0, self.updates = time.monotonic(), run.step, run.agent.updates
         elif self.t0 is not None and now >= self.t0 + self.window:
             self.t_end, self.step_end = now, run.step
+            self.cpu1 = cpu_seconds(self.pids)
             self.updates = run.agent.updates - self.updates
             run.stop_requested = True
+
+    def cpu_us_per_step(self) -> tuple[float, float]:
+        """CPU microseconds per agent step delivered in the window: (the learner process,
+        the actors)."""
+        steps = max(self.step_end - self.step0, 1)
+        return tuple(  # type: ignore[return-value]
+            1e6 * (b - a) / steps for a, b in zip(self.cpu0, self.cpu1, strict=True)
+        )
+
+
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(this process's CPU seconds, summed CPU seconds of ``pids``): user + system."""
+    import psutil
+
+    def total(proc: Any) -> float:
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+
+    actors = 0.0
+    for pid in pids:
+        try:
+            actors += total(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return total(psutil.Process()), actors
 
 
 def farm(args: argparse.Namespace, inference: str = "actor") -> tuple[float, Probe]:
@@ -199,7 +246,7 @@ def farm(args: argparse.Namespace, inference: str = "actor") -> tuple[float, Pro
         f"num_envs={args.actors * k}",
         "total_steps=1_000_000_000",
         f"max_seconds={args.seconds * 10 + 300}",
-        f"inference='{inference}'",
+        *inference_overrides(inference),
     ]
     config, registry = build_config(args, out, overrides)
     pm = make_plugin_manager()
@@ -251,7 +298,7 @@ def policy_cost(args: argparse.Namespace) -> None:
     from harness_torch.plugin import TorchConfig
 
     one = argparse.Namespace(**{**vars(args), "actors": 1})
-    env_us = 1e6 / reference(one, act=False)  # one process alone: us per agent step
+    env_us = 1e6 / reference(one, act=False)[0]  # one process alone: us per agent step
     bk = TorchBackend(TorchConfig(device="cpu", threads=1))
     preset = dict(CNN_PRESETS[args.cnn])  # IMPALA's trunk, as the farm actors build it
     nhwc = bk.cnn((4, 84, 84), preset.pop("out_dim"), **preset)
@@ -328,7 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--inference",
         default="actor,central",
-        help="comma-separated run.inference modes of the farm, each measured in turn",
+        help="comma-separated run.inference modes of the farm (central@MS: central with "
+        "run.inference_wait_ms = MS), each measured in turn",
     )
     p.add_argument(
         "--policy-cost",
@@ -342,11 +390,11 @@ def main(argv: list[str] | None = None) -> None:
 
     load0 = os.getloadavg()
     # the plain envs before and after: on a shared machine the load drifts between windows
-    plain_before = reference(args, act=False)
-    acting = reference(args, act=True)
+    plain_before, plain_cpu = reference(args, act=False)
+    acting, acting_cpu = reference(args, act=True)
     modes = [m.strip() for m in args.inference.split(",") if m.strip()]
     farms = {mode: farm(args, mode) for mode in modes}
-    plain_after = reference(args, act=False)
+    plain_after, _ = reference(args, act=False)
     plain = (plain_before + plain_after) / 2
     load1 = os.getloadavg()
 
@@ -383,6 +431,29 @@ def main(argv: list[str] | None = None) -> None:
             f"{fps(plain)} ({fps(plain_before)} before, {fps(plain_after)} after) | "
             f"{fps(acting)} | {fps(delivered)} | **{delivered / plain:.1%}** | "
             f"{delivered / acting:.1%} | {limit} |"
+        )
+    print()
+    print()
+    print(
+        "CPU microseconds per agent step over each window (user + system, every process of "
+        "the mode): on a machine whose cores are all busy (this one's, shared) the rates follow "
+        "the share of the cores each mode got; the CPU per step does not. `plain / total` is "
+        "the farm's rate over the plain envs' when both have the same cores to themselves."
+    )
+    print()
+    print("| mode | actors | learner process | of it: policy server | total | plain / total |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| plain envs | {plain_cpu:.0f} | - | - | {plain_cpu:.0f} | 100% |")
+    print(f"| envs + policy | {acting_cpu:.0f} | - | - | {acting_cpu:.0f} | "
+          f"{plain_cpu / acting_cpu:.1%} |")  # fmt: skip
+    for mode, (_, probe) in farms.items():
+        learner, actors = probe.cpu_us_per_step()
+        server = probe.last.get("farm/inference_cpu_us_per_row")
+        shown = "-" if server is None else f"{server:.0f} (last iteration)"
+        total = learner + actors
+        print(
+            f"| farm, {mode} | {actors:.0f} | {learner:.0f} | {shown} | {total:.0f} | "
+            f"{plain_cpu / total:.1%} |"
         )
     print()
     for mode, (_, probe) in farms.items():

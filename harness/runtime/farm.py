@@ -268,7 +268,9 @@ class FarmCollector(Collector):
         try:
             if central:
                 self.server = PolicyServer(
-                    lambda: self._acting_agent(run), [s.num_envs for s in self.slots]
+                    lambda: self._acting_agent(run),
+                    [s.num_envs for s in self.slots],
+                    wait_s=cfg.inference_wait_ms / 1000,
                 )
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
                 list(pool.map(self._start, self.slots))

@@ -40,8 +40,14 @@ How the parts talk (all on this host):
   ES perturbations, a DDPG ensemble head per env) are refused (:func:`central_refusal`):
   one batch over whichever actors are waiting would mix their envs up.
 
+- **Gathering** (``run.inference_wait_ms``): once a request arrived, the server may wait a
+  little for more (until every actor's is in) before the batch: fewer wake-ups of the
+  server, bigger batches (256 actors of a 20 ms env: 52-56% -> 61-67% of the ideal at 3 ms
+  in three runs; where the cores are not all busy it only adds latency: default 0).
+
 The server is a thread of the learner process: its forward releases the GIL (numpy matrix
-products, torch ops), and it needs no second copy of the framework's memory or start-up.
+products, torch ops), and it needs no second copy of the framework's memory or start-up
+(a 10x shorter GIL switch interval changed nothing measurable: no contention to remove).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shutil
 import tempfile
 import threading
@@ -73,9 +80,10 @@ _STOP = np.int32(-1).tobytes()
 """The record that tells the server thread to end."""
 MAX_SERVER_RESTARTS = 100
 """A policy server that fails more often than this stops the run with its error."""
-AUTO_MIN_ACTORS = 16
-"""``run.inference = "auto"`` serves flat-observation policies centrally from this many
-actors on (below it a small MLP per actor costs less than the round trip to the server)."""
+AUTO_MIN_ACTORS = 128
+"""``run.inference = "auto"`` serves a farm centrally from this many actors on (measured:
+DQN on 64 actors of a 20 ms env 94.1% of the ideal per actor against 81.5% central; on 256,
+29.9% against 57.2%; see :func:`choose_central`)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -136,12 +144,15 @@ def check_inference_agent(config: Config, agent: Agent) -> None:
 def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     """Whether a farm of ``config`` acts centrally, and why (logged at start-up).
 
-    ``auto``'s rule, measured on the 2-core dev VM (tools/bench_impala.py, bench_farm.py):
-    a CNN over image observations costs more per actor than the round trip to the server
-    and batches well, so it goes central; so do many actors (one copy of the network instead
-    of one per process, and one forward instead of hundreds of tiny ones); a small MLP on
-    a few actors stays per actor (microseconds of numpy per step, less than two FIFO
-    wake-ups)."""
+    ``auto``'s rule, from side-by-side runs on the 2-core dev VM (docs/distributed.md, "When
+    each wins", has the numbers and commands): many actors go central (one batched forward
+    instead of one per actor, no framework in hundreds of processes: DQN on 256 actors of a
+    20 ms env delivered 57.2% of the ideal central against 29.9% per actor in one run); few
+    actors act per actor, image policies included: the server's forward runs on one thread
+    while the actors' run on every core, and a batch of ~5 rows saves little (IMPALA on Pong,
+    2 actors x 4 envs: 38.4% against 28.2% of the plain envs with the float CNN, 44.0%
+    against 33.0% with the int8 copy, the CPU per frame equal within 4%); DQN on 64 actors
+    was 94.1% per actor against 81.5% central."""
     run = config.run
     if run.inference == "actor":
         return False, "run.inference = 'actor'"
@@ -152,13 +163,11 @@ def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     reason = central_refusal(agent)
     if reason is not None:
         return False, f"auto: the agent cannot be batched centrally ({reason})"
-    if len(agent.env_info.observation.shape) == 3:
-        return True, "auto: image observations (a CNN policy batches well on the server)"
     if run.actors >= AUTO_MIN_ACTORS:
         return True, f"auto: {run.actors} actors (>= {AUTO_MIN_ACTORS}) share one batched policy"
     return False, (
-        f"auto: a flat-observation policy on {run.actors} actors (< {AUTO_MIN_ACTORS}) is "
-        "cheaper per actor than a round trip to a server"
+        f"auto: {run.actors} actors (< {AUTO_MIN_ACTORS}) act faster with their own copies "
+        "(their forwards run on every core, a server's on one thread)"
     )
 
 
@@ -179,17 +188,20 @@ class InferenceLink:
 
 
 class _Arrays:
-    """The memory-mapped arrays of a link (created by the server, opened by actors)."""
+    """The memory-mapped arrays of a link (created by the server, opened by actors), as plain
+    ndarray views of the maps: indexing an ``np.memmap`` goes through its Python-level
+    ``__getitem__`` and ``__array_finalize__`` (measured ~2 us each, 7 per actor step)."""
 
     def __init__(self, link: InferenceLink) -> None:
         d = Path(link.directory)
-        self.obs = np.lib.format.open_memmap(d / "obs.npy", mode="r+")
-        self.actions = np.lib.format.open_memmap(d / "actions.npy", mode="r+")
-        self.extras = {
-            name: np.lib.format.open_memmap(d / f"extra-{j}.npy", mode="r+")
-            for j, name in enumerate(link.extras)
-        }
-        self.control = np.lib.format.open_memmap(d / "control.npy", mode="r+")
+
+        def view(name: str) -> np.ndarray:
+            return np.asarray(np.lib.format.open_memmap(d / name, mode="r+"))
+
+        self.obs = view("obs.npy")
+        self.actions = view("actions.npy")
+        self.extras = {name: view(f"extra-{j}.npy") for j, name in enumerate(link.extras)}
+        self.control = view("control.npy")
 
 
 def _create(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
@@ -199,6 +211,22 @@ def _create(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
 def _shm_root() -> str | None:
     """``/dev/shm`` where there is one (a RAM file system: the maps never touch a disk)."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def batch_rows(offsets: np.ndarray, ids: np.ndarray) -> slice | np.ndarray:
+    """The shared arrays' rows of actors ``ids`` (sorted, unique), actor ``i`` owning
+    ``offsets[i]:offsets[i + 1]``: a slice when they are neighbours (every actor waiting: the
+    batch is a view, no copy), else the row indices in actor order, for one gather and one
+    scatter per array (a Python loop over runs of neighbours cost ~3 us per actor, ~1 ms a
+    batch with 256 actors)."""
+    starts, stops = offsets[ids], offsets[ids + 1]
+    if np.array_equal(starts[1:], stops[:-1]):
+        return slice(int(starts[0]), int(stops[-1]))
+    lengths = stops - starts
+    rows: np.ndarray = np.arange(int(lengths.sum())) + np.repeat(
+        starts - (np.cumsum(lengths) - lengths), lengths
+    )
+    return rows
 
 
 # ------------------------------------------------------------------------------------------
@@ -231,12 +259,22 @@ class CentralActing:
         self.oldest_version = -1
 
     def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        self.submit(obs)
+        return self.receive()
+
+    def submit(self, obs: np.ndarray) -> None:
+        """Ask for the actions of ``obs`` without waiting (:meth:`receive` takes them)."""
         a = self.arrays
         a.obs[self.rows] = obs
         self.seq += 1
-        control = a.control[self.index]
-        control[REQUEST] = self.seq  # after the observations: the server reads them after this
+        # after the observations: the server reads them after this
+        a.control[self.index, REQUEST] = self.seq
         os.write(self._requests, self._record)
+
+    def receive(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The answer to the last :meth:`submit` (blocks until the server gave it)."""
+        a = self.arrays
+        control = a.control[self.index]
         while control[ANSWERED] != self.seq:
             os.read(self._reply, 64)  # blocks until a wake-up (a stale one: look again)
         version = int(control[VERSION])
@@ -266,8 +304,12 @@ class PolicyServer:
     failure (the newest published weights are loaded into it and every open request is
     answered, so the actors, attached to the shared arrays, carry on)."""
 
-    def __init__(self, make_agent: Callable[[], Agent], sizes: list[int]) -> None:
+    def __init__(
+        self, make_agent: Callable[[], Agent], sizes: list[int], wait_s: float = 0.0
+    ) -> None:
         self._make_agent = make_agent
+        self.wait_s = wait_s
+        """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
         self.agent = make_agent()
         info = self.agent.env_info
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -306,6 +348,7 @@ class PolicyServer:
         self._batches = self._rows = 0
         self._busy = 0.0  # seconds inside sample() since the last stats()
         self._since = time.perf_counter()
+        self._cpu_now = self._cpu_then = 0.0  # the server thread's CPU seconds (thread_time)
         self._thread = threading.Thread(target=self._main, name="policy-server", daemon=True)
         self._thread.start()
 
@@ -337,13 +380,18 @@ class PolicyServer:
 
     def stats(self) -> dict[str, float]:
         """``farm/inference_*`` metrics since the last call: mean batch size (rows), batches
-        per second, the fraction of the time spent in ``sample``, restarts."""
+        per second, the fraction of the time spent in ``sample``, the server thread's CPU
+        seconds per second (``inference_cpu``: on a loaded machine ``busy`` counts the time it
+        waited for a core too; CPU seconds per row is what the forward costs), restarts."""
         now = time.perf_counter()
         span = max(now - self._since, 1e-9)
+        cpu, self._cpu_then = self._cpu_now - self._cpu_then, self._cpu_now
         out = {
             "farm/inference_batch": self._rows / max(self._batches, 1),
             "farm/inference_batches_per_s": self._batches / span,
             "farm/inference_busy": self._busy / span,
+            "farm/inference_cpu": max(cpu, 0.0) / span,
+            "farm/inference_cpu_us_per_row": 1e6 * max(cpu, 0.0) / max(self._rows, 1),
             "farm/inference_restarts": float(self.restarts),
         }
         self._batches = self._rows = 0
@@ -390,10 +438,35 @@ class PolicyServer:
         self._answer(np.arange(len(self._replies)))  # every request left open (a restart)
         while True:
             data = os.read(self._requests, 4 * 65536)  # every waiting actor (GIL released)
+            if self.wait_s > 0 and np.frombuffer(data, np.int32).min(initial=0) >= 0:
+                data = self._gather(data)
             ids = np.frombuffer(data, np.int32)
             if ids.size and ids.min() < 0:
                 return
             self._answer(np.unique(ids))
+
+    def _gather(self, data: bytes) -> bytes:
+        """``data`` (the records read) and more, arriving within ``wait_s`` of the first
+        (``run.inference_wait_ms``), until every actor has an open request among them (a
+        record can be stale: a restarted server answered its request already)."""
+        deadline = time.perf_counter() + self.wait_s
+        actors = len(self._replies)
+        # (fewer records than actors: some actor is missing, no need to look closer)
+        while len(data) // 4 < actors or self._open(data) < actors:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not select.select([self._requests], [], [], left)[0]:
+                break
+            more = os.read(self._requests, 4 * 65536)
+            data += more
+            if np.frombuffer(more, np.int32).min(initial=0) < 0:  # _STOP: served next
+                break
+        return data
+
+    def _open(self, data: bytes) -> int:
+        """How many actors among the records ``data`` have an open request."""
+        ids = np.unique(np.frombuffer(data, np.int32))
+        control = self.arrays.control
+        return int(np.count_nonzero(control[ids, REQUEST] != control[ids, ANSWERED]))
 
     def _answer(self, ids: np.ndarray) -> None:
         """One batched ``sample`` over the open requests of actors ``ids`` (sorted)."""
@@ -404,40 +477,24 @@ class PolicyServer:
         if not ids.size:
             return
         self._load_weights()
-        runs = self._runs(ids)
         a = self.arrays
-        obs = (
-            a.obs[runs[0][0] : runs[0][1]]
-            if len(runs) == 1
-            else np.concatenate([a.obs[lo:hi] for lo, hi in runs])
-        )
+        rows = batch_rows(self.offsets, ids)
+        obs = a.obs[rows]
         start = time.perf_counter()
         actions, extras = self.agent.sample(obs)
         self._busy += time.perf_counter() - start
         self.agent.env_steps += len(obs)
-        pos = 0
-        for lo, hi in runs:
-            end = pos + hi - lo
-            a.actions[lo:hi] = actions[pos:end]
-            for name, value in extras.items():
-                a.extras[name][lo:hi] = value[pos:end]
-            pos = end
+        a.actions[rows] = actions
+        for name, value in extras.items():
+            a.extras[name][rows] = value
+        self._batches += 1  # (before the answers: an actor may read the stats at once)
+        self._rows += len(obs)
+        self._cpu_now = time.thread_time()
         control[ids, VERSION] = self.version
         control[ids, ANSWERED] = asked  # after the answers: the actor reads them after this
-        for i in ids:
+        for i in ids.tolist():
             with contextlib.suppress(BlockingIOError):  # a full FIFO: its reader has the news
                 os.write(self._replies[i], b"\0")
-        self._batches += 1
-        self._rows += len(obs)
-
-    def _runs(self, ids: np.ndarray) -> list[tuple[int, int]]:
-        """The rows of actors ``ids`` (sorted) as ``(start, stop)`` runs, neighbours merged."""
-        starts, stops = self.offsets[ids], self.offsets[ids + 1]
-        cut = np.flatnonzero(starts[1:] != stops[:-1]) + 1
-        return [
-            (int(starts[lo]), int(stops[hi - 1]))
-            for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(ids)], strict=True)
-        ]
 
     def _load_weights(self) -> None:
         with self._lock:

@@ -31,7 +31,13 @@ from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.runtime import env_info, make_agent, make_envs, train
-from harness.runtime.inference import CentralActing, PolicyServer
+from harness.runtime.inference import (
+    AUTO_MIN_ACTORS,
+    CentralActing,
+    PolicyServer,
+    batch_rows,
+    choose_central,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -152,6 +158,112 @@ def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name:
             actor.close()
         server.close()
     assert not Path(server.link.directory).exists(), "the shared arrays were left behind"
+
+
+def test_batch_rows_match_the_rows_of_each_actor_in_order() -> None:
+    """The vectorised gather of a batch's rows (a faster copy of concatenating each actor's
+    range) gives the same rows for every subset of actors of uneven widths; neighbours give
+    a slice (a view of the shared array, no copy)."""
+    offsets = np.concatenate([[0], np.cumsum([3, 1, 2, 4, 1])]).astype(np.int64)
+    for mask in range(1, 2**5):
+        ids = np.flatnonzero([(mask >> i) & 1 for i in range(5)])
+        want = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in ids])
+        got = batch_rows(offsets, ids)
+        if isinstance(got, slice):
+            assert np.array_equal(np.diff(ids), np.ones(len(ids) - 1)), ids
+            got = np.arange(got.start, got.stop)
+        np.testing.assert_array_equal(got, want, err_msg=str(ids))
+
+
+def test_actors_of_uneven_widths_get_their_own_rows_in_any_batch() -> None:
+    """Three actors (2, 1 and 3 envs) acting at once: whichever of them the server batches
+    together (neighbours or not), every row's answer is its own observation's."""
+    registry = collect_registry(make_plugin_manager())
+    config = resolve(layer(PACK, [], ["num_envs=6"], environ={}), registry)
+    envs = make_envs(config, registry, 1, seed=None)
+    info = dataclasses.replace(env_info(config.run.env, envs), num_envs=6)
+    envs.close()
+    learner = make_agent(config, registry, info)
+    widths = (2, 1, 3)
+    server = PolicyServer(lambda: make_agent(config, registry, info), list(widths))
+    actors: list[CentralActing] = []
+    try:
+        server.publish(1, learner.weights(), 0)
+        actors = [CentralActing(server.link, i) for i in range(3)]
+        results: list[list[Any]] = [[], [], []]
+        rng = np.random.default_rng(9)
+        obs = [rng.standard_normal((w, 4)).astype(np.float32) for w in widths]
+        server.stats()
+        with server._lock:  # the server takes actor 1's request and waits for the weights
+            actors[1].submit(obs[1])
+            time.sleep(0.2)
+            actors[0].submit(obs[0])  # these two wait in the FIFO: one batch, not neighbours
+            actors[2].submit(obs[2])
+        for i in (1, 0, 2):
+            results[i].append((obs[i], *actors[i].receive()))
+        stats = server.stats()
+        assert (stats["farm/inference_batch"], stats["farm/inference_batches_per_s"] > 0) == (
+            3.0,
+            True,
+        ), f"actors 0 and 2 were not served in one batch: {stats}"
+
+        def act(i: int) -> None:
+            rng = np.random.default_rng(i)
+            for _ in range(60):
+                obs = rng.standard_normal((widths[i], 4)).astype(np.float32)
+                results[i].append((obs, *actors[i].sample(obs)))
+
+        threads = [threading.Thread(target=act, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert [len(r) for r in results] == [61, 61, 61]
+        for obs, actions, extras in results[0] + results[1] + results[2]:
+            assert actions.shape == (len(obs),)
+            logits = learner.algorithm.policy_outputs(obs)[0][0]
+            want = np.take_along_axis(_log_softmax(logits), actions[:, None], -1)[:, 0]
+            np.testing.assert_allclose(extras["log_prob"], want, rtol=1e-5, atol=1e-5)
+        stats = server.stats()
+        assert stats["farm/inference_cpu"] > 0.0, "the server thread's CPU was not counted"
+    finally:
+        for actor in actors:
+            actor.close()
+        server.close()
+
+
+def test_a_gathering_window_batches_late_requests_and_ends_when_all_are_in() -> None:
+    """``run.inference_wait_ms``: a request that arrives within the window joins the first
+    one's batch; once every actor's request is in, the batch runs without waiting out the
+    window (30 s here: a server that waited it out would fail the bound below)."""
+    registry = collect_registry(make_plugin_manager())
+    config = resolve(layer(PACK, [], ["num_envs=3"], environ={}), registry)
+    envs = make_envs(config, registry, 1, seed=None)
+    info = dataclasses.replace(env_info(config.run.env, envs), num_envs=3)
+    envs.close()
+    server = PolicyServer(lambda: make_agent(config, registry, info), [1, 2], wait_s=30.0)
+    actors: list[CentralActing] = []
+    try:
+        actors = [CentralActing(server.link, i) for i in range(2)]
+        for actor, width in zip(actors, (1, 2), strict=True):  # the server is up and reading
+            actor.submit(np.zeros((width, 4), np.float32))
+        for actor in actors:
+            actor.receive()
+        server.stats()
+        start = time.monotonic()
+        actors[1].submit(np.zeros((2, 4), np.float32))
+        time.sleep(0.3)  # well inside the window
+        actors[0].submit(np.ones((1, 4), np.float32))
+        widths = [len(actor.receive()[0]) for actor in actors]
+        elapsed = time.monotonic() - start
+        stats = server.stats()
+        assert widths == [1, 2]
+        assert stats["farm/inference_batch"] == 3.0, stats  # one batch of all three rows
+        assert elapsed < 15.0, f"the server waited out its window ({elapsed:.1f} s)"
+    finally:
+        for actor in actors:
+            actor.close()
+        server.close()
 
 
 # ------------------------------------------------------------------------------------------
@@ -292,13 +404,14 @@ def test_killed_actors_and_a_failed_server_lose_nothing(
             (ES,),
             r"cannot serve algorithm 'es'.*acting state per env.*run\.inference = 'actor'",
         ),
+        (["actors=2", "inference_wait_ms=-1"], (), r"run\.inference_wait_ms = -1.*0 serves"),
         (
             ["actors=2", "algo.recurrent='lstm'"],
             (),
             r"cannot serve algorithm 'ppo'.*recurrent.*run\.inference = 'actor'",
         ),
     ],
-    ids=["no-actors", "cluster", "es", "recurrent"],
+    ids=["no-actors", "cluster", "es", "negative-wait", "recurrent"],
 )
 def test_central_inference_that_cannot_work_is_refused_at_start_up(
     tmp_path: Path, overrides: list[str], files: tuple[Path, ...], match: str
@@ -311,3 +424,30 @@ def test_central_inference_that_cannot_work_is_refused_at_start_up(
 def test_a_misspelled_inference_mode_names_the_choices(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"run\.inference = 'centrl'.*Did you mean 'central'"):
         run_farm(tmp_path, ["actors=2", "inference='centrl'"])
+
+
+def _auto(files: list[Path], overrides: list[str]) -> tuple[bool, str]:
+    registry = collect_registry(make_plugin_manager())
+    config = resolve(layer(PACK, files, [*overrides, "inference='auto'"], environ={}), registry)
+    envs = make_envs(config, registry, 1, seed=None)
+    info = env_info(config.run.env, envs)
+    envs.close()
+    return choose_central(config, make_agent(config, registry, info))
+
+
+@pytest.mark.parametrize(
+    ("files", "overrides", "central", "why"),
+    [
+        ([], ["actors=2"], False, "2 actors (<"),
+        ([], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
+        ([], [f"actors={AUTO_MIN_ACTORS}", "cluster='tcp://127.0.0.1:1'"], False, "remote"),
+        ([ES], [f"actors={AUTO_MIN_ACTORS}"], False, "cannot be batched"),
+        ([IMPALA], ["env='ALE/Pong-v5'", "actors=2"], False, "2 actors (<"),
+    ],
+    ids=["few", "many", "cluster", "es", "cnn-few"],
+)
+def test_auto_picks_where_each_mode_measured_faster(
+    files: list[Path], overrides: list[str], central: bool, why: str
+) -> None:
+    got, reason = _auto(files, overrides)
+    assert (got, why in reason) == (central, True), reason
