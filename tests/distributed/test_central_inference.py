@@ -15,8 +15,6 @@ farm.
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -25,12 +23,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_farm import Killer, run_farm  # same directory: pytest puts it on sys.path
 
 from harness import hookimpl
 from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime import env_info, make_agent, make_envs, train
+from harness.runtime import env_info, make_agent, make_envs
 from harness.runtime.inference import (
     AUTO_MIN_ACTORS,
     CentralActing,
@@ -45,43 +44,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
 IMPALA = ROOT / "competitions" / "cartpole" / "impala.toml"
 ES = ROOT / "competitions" / "cartpole" / "es.toml"
-
-
-class Recorder:
-    """Every iteration's metrics and the final step counts."""
-
-    def __init__(self) -> None:
-        self.metrics: list[dict[str, float]] = []
-        self.final_step = -1
-        self.env_steps = -1
-        self.central = False
-
-    @hookimpl
-    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
-        self.metrics.append(dict(metrics))
-        self.central = getattr(run.collector, "server", None) is not None
-
-    @hookimpl
-    def harness_run_end(self, run: Any, summary: Mapping[str, Any]) -> None:
-        self.final_step = run.step
-        self.env_steps = run.agent.env_steps
-
-
-def run_farm(
-    tmp_path: Path,
-    overrides: list[str],
-    files: tuple[Path, ...] = (),
-    plugins: tuple[Any, ...] = (),
-) -> tuple[Any, Recorder]:
-    pm = make_plugin_manager()
-    recorder = Recorder()
-    pm.register(recorder, name="recorder")
-    for i, plugin in enumerate(plugins):
-        pm.register(plugin, name=f"test-plugin-{i}")
-    registry = collect_registry(pm)
-    base = [f"out='{tmp_path}'", "trackers=['csv']", "progress=false"]
-    config = resolve(layer(PACK, list(files), base + overrides, environ={}), registry)
-    return train(config, registry, pm), recorder
 
 
 # ------------------------------------------------------------------------------------------
@@ -302,24 +264,6 @@ def test_impala_on_two_actors_with_central_inference_solves_cartpole(tmp_path: P
 
 # ------------------------------------------------------------------------------------------
 # faults
-
-
-class Killer:
-    """Kills one actor (SIGKILL, by the pid the actor reports) every ``every`` seconds."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.next = time.monotonic() + every
-        self.kills = 0
-
-    @hookimpl
-    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
-        if time.monotonic() < self.next:
-            return
-        slot = run.collector.slots[self.kills % len(run.collector.slots)]
-        os.kill(slot.proxy.pid(), signal.SIGKILL)
-        self.kills += 1
-        self.next = time.monotonic() + self.every
 
 
 class ServerFault:

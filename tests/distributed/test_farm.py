@@ -40,10 +40,12 @@ class Recorder:
         self.final_step = -1
         self.env_steps = -1
         self.stream = False
+        self.central = False  # (actors acted through a policy server: run.inference)
 
     @hookimpl
     def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
         self.metrics.append(dict(metrics))
+        self.central = getattr(run.collector, "server", None) is not None
 
     @hookimpl
     def harness_run_end(self, run: Any, summary: Mapping[str, Any]) -> None:
