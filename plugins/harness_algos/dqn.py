@@ -3,7 +3,7 @@ options. One file, backend-neutral: every framework call goes through ``self.bac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +92,9 @@ class DQN(Algorithm):
         self.target = self._build(info)
         backend.copy_weights(self.target, self.q)
         self.optimizer = backend.optimizer(self.q, lr=config.learning_rate)
+        self._acting: Callable[[np.ndarray], np.ndarray] | None = None
+        """:meth:`greedy` on numpy copies of the online network, taken at the first call after
+        a change of its weights (an update, a broadcast, a restore)."""
 
     def _build(self, info: EnvInfo) -> Any:
         bk, c = self.backend, self.config
@@ -114,9 +117,22 @@ class DQN(Algorithm):
         return net["value"](features) + adv - self.backend.mean(adv, axis=-1)[:, None]
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
-        bk = self.backend
-        with bk.no_grad():
-            return bk.numpy(bk.argmax(self.q_values(self.q, bk.tensor(obs)), axis=-1))
+        """argmax_a Q(obs, a), on numpy copies of the online network (``Backend.inference``,
+        as PPO acts): a farm actor's torch forward cost 728 us of CPU a step (issue 30's
+        256-actor DQN farm, tools/bench_farm.py). With a dueling head the trunk then the
+        advantage head: ``Q = V + A - mean(A)`` adds the same to every action of a row."""
+        if self._acting is None:
+            bk = self.backend
+            parts = ["trunk", "advantage"] if self.config.dueling else ["q"]
+            copies = [bk.inference(self.q[part]) for part in parts]
+
+            def act(x: np.ndarray) -> np.ndarray:
+                for copy in copies:
+                    x = copy(x)
+                return np.asarray(np.argmax(x, axis=-1))
+
+            self._acting = act
+        return self._acting(np.asarray(obs, dtype=np.float32))
 
     def greedy_layers(self) -> tuple[Op, ...] | None:
         """:meth:`greedy` as policy-program ops on numpy copies of the online network:
@@ -161,6 +177,7 @@ class DQN(Algorithm):
             if penalty is not None:
                 loss = loss + penalty
         grad_norm = bk.update(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
+        self._acting = None  # (the copies acting uses hold the old weights)
         with bk.no_grad():
             td = bk.numpy(q - target)
         metrics = {
@@ -186,12 +203,14 @@ class DQN(Algorithm):
         bk.load_state(self.q, state["q"])
         bk.load_state(self.target, state["target"])
         bk.load_state(self.optimizer, state["optimizer"])
+        self._acting = None
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         return self.backend.get_weights(self.q)
 
     def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         self.backend.set_weights(self.q, weights)
+        self._acting = None
 
 
 class DQNAgent(Agent):
