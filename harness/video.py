@@ -8,23 +8,30 @@ autoreset, ``render()`` after the step that ends an episode already shows the ne
 frame of the state the episode ended in comes from that step's info (:data:`FINAL_FRAME`),
 where the family provides it (an episode of a family that does not has T frames).
 
-Nothing holds a whole film: MP4 frames stream into an ffmpeg process (imageio-ffmpeg's
-``write_frames``; H.264, yuv420p, even dimensions, ``+faststart`` so a browser plays it while
-it loads), and only a subsample of the first episode, already shrunk, is kept for the GIF and
-the filmstrip. The core imports only numpy at module level: imageio-ffmpeg and pillow are
+Nothing holds a whole film: the rows of each frame and of its caption are written straight
+into an ffmpeg process (:class:`FfmpegPipe`; imageio-ffmpeg's binary; H.264, yuv420p, even
+dimensions, ``+faststart`` so a browser plays it while it loads), which also scales frames
+wider than ``max_width`` down; the MP4 keeps the env's own size otherwise (ALE's 160x210 too:
+a player enlarges it). Only a subsample of the first episode is kept for the GIF and the
+filmstrip. The core imports only numpy at module level: imageio-ffmpeg and pillow are
 imported when a recorder starts (a missing one names the ``video`` extra).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import fcntl
 import logging
 import math
-import queue
-import threading
+import os
+import select
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -43,12 +50,17 @@ CAPTION_BACKGROUND = (24, 24, 24)
 DEFAULT_FPS = 30.0
 """Frames per second when the env's metadata has no ``render_fps``."""
 
-CAPTION_HEIGHT = 24
-"""Pixels of the caption strip under each MP4 frame (even: yuv420p halves the chroma)."""
+CAPTION_LINE = 24
+"""Pixels of a caption line under an MP4 frame, in the film (a 14-px font); frames narrower
+than :data:`NARROW_WIDTH` get :data:`CAPTION_LINE_NARROW`. A caption takes as many lines as
+its widest form needs at the frame's width (ALE's 160: two)."""
 
-MIN_WIDTH = 320
-"""Narrower frames (ALE's 160) are enlarged by a whole factor (nearest neighbour) to at
-least this width, so the caption fits and the pixels stay sharp."""
+CAPTION_LINE_NARROW = 16
+"""A caption line's pixels under a frame narrower than :data:`NARROW_WIDTH` (a 9-px font)."""
+
+NARROW_WIDTH = 320
+"""Frames narrower than this get the small caption font in the MP4, and are enlarged by a
+whole factor (nearest neighbour, pixels kept sharp) to at least this width in the GIF."""
 
 GIF_WIDTH = 320
 """The GIF's width at most (frames are shrunk to it)."""
@@ -56,9 +68,14 @@ GIF_WIDTH = 320
 GIF_MAX_BYTES = 2_000_000
 """The GIF is written with fewer frames until it is smaller than this."""
 
-POOL_FRAMES = 96
+POOL_FRAMES = 64
 """First-episode frames kept for the GIF and the filmstrip at most: past it every other one
-is dropped and the stride doubles. 96 frames of 320x240 are 22 MB while recording."""
+is dropped and the stride doubles. Kept as rendered (a copy: 0.04 ms for CartPole's where
+shrinking it took 1 ms of the evaluation's thread) up to :data:`POOL_FRAME_BYTES` each: 64
+CartPole frames are 49 MB while recording."""
+
+POOL_FRAME_BYTES = 1 << 20
+"""Larger frames are shrunk to :data:`GIF_WIDTH` as they are pooled."""
 
 STRIP_FRAMES = 8
 """Frames side by side in the filmstrip."""
@@ -66,56 +83,164 @@ STRIP_FRAMES = 8
 STRIP_WIDTH = 240
 """Width of a filmstrip tile at most."""
 
-X264_OPTIONS = (
-    "-preset", "superfast", "-threads", "1", "-crf", "23", "-movflags", "+faststart",
-)  # fmt: skip
-"""ffmpeg output options. ffmpeg encodes in its own process beside the evaluation, so what
-counts is that it keeps up with the env on one core of its own: 600x424 CartPole frames, quiet
-2-core VM, ms per frame with ``-threads 1`` / x264's automatic threads: ultrafast 1.16 / 1.50,
-superfast 1.17 / 1.72, veryfast 1.36 / 1.53 (the default ``medium`` about twice veryfast).
-More threads only took the evaluation's core."""
+X264_PRESET = "superfast"
+"""x264's preset. The encoder runs in its own process beside the evaluation and only has to
+keep up with it; at 160x234 (a Pong frame and its caption) ``superfast`` takes about 0.42 ms
+a frame of one core of the dev VM, at 600x424 (CartPole) about 2.1 ms, of which 1 ms is
+ffmpeg's conversion of RGB into yuv420p (``ultrafast``: 1.6 ms, and files half as large
+again)."""
+
+PIPE_BYTES = 1 << 20
+"""The size asked for ffmpeg's input pipe (Linux's limit for an unprivileged process; the
+default 64 KiB holds less than one frame, and each frame then cost a wait for ffmpeg)."""
+
+CHUNK_BYTES = 256 << 10
+"""Frames smaller than this are gathered and written in chunks of at least this size: ffmpeg
+then wakes once for several frames (Pong's 120 KB frames: its CPU 0.79 -> 0.67 ms a
+frame, and fewer of its threads' wake-ups landing on the evaluation's core)."""
+
+BACKLOG_BYTES = 16 << 20
+"""Frame bytes kept in memory when ffmpeg's pipe is full, at most; past it the evaluation
+waits for ffmpeg (bounded memory: 19 CartPole frames, 140 of Pong)."""
 
 
-QUEUE_FRAMES = 16
-"""Frames waiting for ffmpeg at most (16 CartPole frames with captions are 12 MB)."""
+def encoder_threads() -> int:
+    """x264 threads: the cores this process may use less the one the evaluation steps on
+    (at least 1, at most 4). On 2 cores ffmpeg gets one: more threads only took the
+    evaluation's core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not Linux)
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores - 1))
 
 
-class FrameSink:
-    """Feeds frames to an imageio-ffmpeg writer from a thread of its own, so the evaluation
-    steps while ffmpeg encodes: writing into ffmpeg's pipe blocks until it has encoded, and
-    that wait was 5 ms of the 6 ms a 600x424 CartPole frame cost the evaluation (cProfile,
-    dev VM). The pipe write releases the GIL. At most :data:`QUEUE_FRAMES` wait (bounded
-    memory); an ffmpeg failure is raised by the next :meth:`send` or by :meth:`close`."""
+class FfmpegPipe:
+    """An ffmpeg process encoding raw rgb24 frames written into its stdin as an H.264 MP4.
 
-    def __init__(self, writer: Any) -> None:
-        self._writer = writer
-        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(QUEUE_FRAMES)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="harness-video", daemon=True)
-        self._thread.start()
+    :meth:`send` writes a frame's rows from the evaluation's thread without blocking: the
+    pipe is enlarged to :data:`PIPE_BYTES`, and what it cannot take at once waits in a
+    backlog (copied, since a renderer or a caption may reuse its buffer) that the next
+    frames push on; the evaluation waits only when the backlog passes :data:`BACKLOG_BYTES`,
+    i.e. when ffmpeg cannot keep up. (A thread feeding imageio-ffmpeg's writer, the first
+    design, cost ~0.5 ms of CPU a frame in thread switches and pipe waits: more than a Pong
+    frame's encoding.) ``filters``: ffmpeg's ``-vf`` (a scale, a pad), or None. ffmpeg's
+    messages go to a temporary file and are quoted when it fails."""
 
-    def _run(self) -> None:
+    def __init__(
+        self,
+        exe: str,
+        path: Path,
+        size: tuple[int, int],
+        fps: float,
+        filters: str | None,
+        threads: int,
+    ) -> None:
+        self.path = path
+        cmd = [exe, "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24"]
+        cmd += ["-s", f"{size[0]}x{size[1]}", "-r", f"{fps:g}", "-i", "-", "-an"]
+        if filters:
+            cmd += ["-vf", filters]
+        cmd += ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-preset", X264_PRESET, "-crf", "23"]
+        cmd += ["-threads", str(threads), "-movflags", "+faststart", "-y", str(path)]
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close/abort)
         try:
-            self._writer.send(None)  # (starts ffmpeg)
-            while (frame := self._queue.get()) is not None:
-                self._writer.send(frame)
-            self._writer.close()
-        except BaseException as exc:  # (handed to the evaluation's thread)
-            self._error = exc
-            while self._queue.get() is not None:  # drain: send() must not block forever
-                pass
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr
+            )
+        except BaseException:
+            self._stderr.close()
+            raise
+        assert self._proc.stdin is not None
+        self._stdin = self._proc.stdin
+        self._fd = self._stdin.fileno()
+        with contextlib.suppress(OSError, AttributeError):  # (Linux only; a lower limit)
+            fcntl.fcntl(self._fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        os.set_blocking(self._fd, False)
+        self._backlog: collections.deque[memoryview] = collections.deque()
+        self._pending = 0  # bytes in the backlog
+        self._chunk = bytearray()  # small frames gathered
 
-    def send(self, frame: np.ndarray) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put(frame)
+    def send(self, *parts: np.ndarray) -> None:
+        """Write the C-contiguous uint8 arrays ``parts`` (the rows of one frame, in order)."""
+        if self._chunk or sum(part.nbytes for part in parts) < CHUNK_BYTES:
+            for part in parts:
+                self._chunk += part.data.cast("B")  # (a copy: nothing of ``parts`` is kept)
+            if len(self._chunk) >= CHUNK_BYTES:
+                self._flush_chunk()
+            return
+        for part in parts:
+            view = part.data.cast("B")
+            self._backlog.append(view)
+            self._pending += len(view)
+        self._push(block=False)
+        # what stays of this frame is copied (the arrays may change once this returns)
+        for i in range(max(0, len(self._backlog) - len(parts)), len(self._backlog)):
+            self._backlog[i] = memoryview(bytes(self._backlog[i]))
+        if self._pending > BACKLOG_BYTES:
+            self._push(block=True, down_to=BACKLOG_BYTES // 2)
 
     def close(self) -> None:
-        """Wait for ffmpeg to finish the file."""
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        """Write what waits, close the pipe and wait for ffmpeg to finish the file."""
+        if self._chunk:
+            self._flush_chunk()
+        self._push(block=True, down_to=0)
+        self._stdin.close()
+        code = self._proc.wait()
+        if code != 0:
+            raise HarnessError(f"ffmpeg could not write {self.path} (exit {code}): {self._tail()}")
+        self._stderr.close()
+
+    def _flush_chunk(self) -> None:
+        chunk, self._chunk = self._chunk, bytearray()
+        self._backlog.append(memoryview(chunk))
+        self._pending += len(chunk)
+        self._push(block=False)
+        if self._pending > BACKLOG_BYTES:
+            self._push(block=True, down_to=BACKLOG_BYTES // 2)
+
+    def abort(self) -> None:
+        """Stop ffmpeg now."""
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._stderr.close()
+
+    def _push(self, *, block: bool, down_to: int = 0) -> None:
+        """Write from the backlog what the pipe takes; with ``block``, until at most
+        ``down_to`` bytes wait."""
+        while self._backlog and (not block or self._pending > down_to):
+            view = self._backlog[0]
+            try:
+                n = os.write(self._fd, view)
+            except BlockingIOError:
+                if not block:
+                    return
+                while not select.select([], [self._fd], [], 1.0)[1]:
+                    if self._proc.poll() is not None:
+                        self._stopped()
+                continue
+            except BrokenPipeError:
+                self._stopped()
+            self._pending -= n
+            if n == len(view):
+                self._backlog.popleft()
+            else:
+                self._backlog[0] = view[n:]
+
+    def _stopped(self) -> NoReturn:
+        self._proc.wait()
+        raise HarnessError(
+            f"ffmpeg stopped while writing {self.path} (exit {self._proc.returncode}): "
+            f"{self._tail()}"
+        )
+
+    def _tail(self) -> str:
+        self._stderr.seek(0)
+        text = self._stderr.read().decode(errors="replace").strip()
+        return text[-2000:] or "no message"
 
 
 @dataclass(frozen=True)
@@ -163,8 +288,17 @@ def _video_modules(what: str) -> tuple[Any, Any, Any, Any]:
     return imageio_ffmpeg, Image, ImageDraw, ImageFont
 
 
+CAPTION_MARGIN = 6
+"""Pixels left of a caption line's text."""
+
+
 class Captioner:
-    """Draws the caption strip under a frame (pillow's default font, white on near-black)."""
+    """Draws caption strips (pillow's default font, white on near-black) from glyph tiles
+    drawn once per character and line height: drawing the caption with FreeType on every
+    frame took 0.5 ms of the evaluation's thread per frame (cProfile, 600-px CartPole
+    frames), more than the encoder left it; the tiles ignore kerning, which a caption does
+    not need. A caption's fields (separated by two spaces) wrap onto more lines where one
+    line is too narrow."""
 
     def __init__(self, image: Any, draw: Any, font_module: Any) -> None:
         self._image, self._draw = image, draw
@@ -180,19 +314,48 @@ class Captioner:
                 self._fonts[size] = self._font_module.load_default()
         return self._fonts[size]
 
-    def strip(self, text: str, width: int, height: int) -> np.ndarray:
-        """A ``(height, width, 3)`` uint8 strip with ``text`` on it, pasted from glyph tiles
-        drawn once per character: drawing the caption with FreeType on every frame took 0.5
-        ms of the evaluation's thread per frame (cProfile, 600-px CartPole frames), more than
-        the encoder left it; the tiles ignore kerning, which a caption does not need."""
-        tiles = [self._glyph(char, height) for char in text]
-        row = np.concatenate([self._glyph(" ", height)[:, :6], *tiles], axis=1)[:, :width]
+    def width(self, text: str, line: int) -> int:
+        """Pixels ``text`` takes on a line of height ``line``, its margin included."""
+        return CAPTION_MARGIN + sum(int(self.glyph(char, line).shape[1]) for char in text)
+
+    def lines(self, text: str, width: int, line: int) -> list[str]:
+        """``text``'s fields packed greedily into lines that fit ``width`` pixels (a field
+        wider than the line gets a line of its own and is cut at the edge)."""
+        out: list[str] = []
+        for field in text.split("  "):
+            if out and self.width(out[-1] + "  " + field, line) <= width:
+                out[-1] += "  " + field
+            else:
+                out.append(field)
+        return out
+
+    def strip(self, text: str, width: int, line: int, lines: int = 1) -> np.ndarray:
+        """A ``(lines * line, width, 3)`` uint8 strip with ``text`` on it: on one line, or
+        wrapped onto ``lines`` lines (the last takes what does not fit)."""
+        if lines == 1:
+            return self._row(text, width, line)
+        rows = self.lines(text, width, line)
+        if len(rows) > lines:
+            rows = [*rows[: lines - 1], "  ".join(rows[lines - 1 :])]
+        rows += [""] * (lines - len(rows))
+        return np.concatenate([self._row(row, width, line) for row in rows], axis=0)
+
+    def under(self, frame: np.ndarray, text: str, line: int) -> np.ndarray:
+        """``frame`` with a caption strip under it (as many lines of ``line`` pixels as
+        ``text`` needs at the frame's width)."""
+        lines = len(self.lines(text, frame.shape[1], line))
+        return np.concatenate([frame, self.strip(text, frame.shape[1], line, lines)], axis=0)
+
+    def _row(self, text: str, width: int, line: int) -> np.ndarray:
+        tiles = [self.glyph(char, line) for char in text]
+        row = np.concatenate([self.glyph(" ", line)[:, :CAPTION_MARGIN], *tiles], axis=1)
+        row = row[:, :width]
         if row.shape[1] < width:
-            pad = np.full((height, width - row.shape[1], 3), CAPTION_BACKGROUND, np.uint8)
+            pad = np.full((line, width - row.shape[1], 3), CAPTION_BACKGROUND, np.uint8)
             row = np.concatenate([row, pad], axis=1)
         return row
 
-    def _glyph(self, char: str, height: int) -> np.ndarray:
+    def glyph(self, char: str, height: int) -> np.ndarray:
         """``char`` drawn on the caption's background, a tile as wide as its advance."""
         tile = self._glyphs.get((char, height))
         if tile is None:
@@ -206,10 +369,6 @@ class Captioner:
             tile = self._glyphs[(char, height)] = np.asarray(image)
         return tile
 
-    def under(self, frame: np.ndarray, text: str, height: int) -> np.ndarray:
-        """``frame`` with a caption strip of ``height`` pixels under it."""
-        return np.concatenate([frame, self.strip(text, frame.shape[1], height)], axis=0)
-
 
 def caption(episode: int, episodes: int, step: int, ret: float, score: float | None) -> str:
     """'episode 2/3  step 140  return 57.3' (and the official score when reported)."""
@@ -219,32 +378,147 @@ def caption(episode: int, episodes: int, step: int, ret: float, score: float | N
     return text
 
 
+class CaptionStrip:
+    """A film's caption strip, updated in place: each line is redrawn from the first
+    character that differs from the previous frame's (a step's caption changes a few
+    digits), so a frame costs a few glyph copies where pasting the whole caption took 0.1 ms
+    and wrapping it 0.08 ms more (Pong, dev VM). Lines hold a fixed number of the caption's
+    fields (``groups``, from its widest form; the last line takes the rest). The buffer is
+    reused: :meth:`FfmpegPipe.send` keeps no reference to what it was given."""
+
+    def __init__(self, captioner: Captioner, width: int, line: int, groups: list[int]) -> None:
+        self._captioner = captioner
+        self._width, self._line, self._groups = width, line, groups
+        self.buffer = np.full((line * len(groups), width, 3), CAPTION_BACKGROUND, np.uint8)
+        self._texts = [""] * len(groups)
+        self._ends = [[CAPTION_MARGIN] for _ in groups]  # x where each character ends
+
+    def update(self, text: str) -> np.ndarray:
+        """The strip showing ``text``."""
+        fields = text.split("  ")
+        start = 0
+        for r, count in enumerate(self._groups):
+            last = r == len(self._groups) - 1
+            row = "  ".join(fields[start:] if last else fields[start : start + count])
+            start += count
+            if row != self._texts[r]:
+                self._redraw(r, row)
+        return self.buffer
+
+    def _redraw(self, r: int, row: str) -> None:
+        old, ends = self._texts[r], self._ends[r]
+        same = next(
+            (i for i, (a, b) in enumerate(zip(old, row, strict=False)) if a != b),
+            min(len(old), len(row)),
+        )
+        band = self.buffer[r * self._line : (r + 1) * self._line]
+        ends = ends[: same + 1]
+        x = ends[-1]
+        for char in row[same:]:
+            if x >= self._width:
+                break
+            tile = self._captioner.glyph(char, self._line)
+            w = min(tile.shape[1], self._width - x)
+            band[:, x : x + w] = tile[:, :w]
+            x += w
+            ends.append(x)
+        old_end = min(self._ends[r][-1], self._width)
+        if old_end > x:
+            band[:, x:old_end] = CAPTION_BACKGROUND
+        self._texts[r], self._ends[r] = row, ends
+
+
+@dataclass(frozen=True)
+class FilmLayout:
+    """How the frames of one film go into ffmpeg: fixed by its first frame."""
+
+    shape: tuple[int, ...]
+    """The rendered frames' shape (H, W, 3)."""
+    line: int
+    """Pixels of a caption line, at the rendered size."""
+    groups: list[int]
+    """Caption fields on each caption line under the frame."""
+    size: tuple[int, int]
+    """(width, height) written into ffmpeg: the frame and its caption."""
+    out: tuple[int, int]
+    """(width, height) of the MP4 (even)."""
+    filters: str | None
+    """ffmpeg's filter: a scale down to ``out``, or a pad to even sides, or none."""
+
+
+def film_layout(
+    captioner: Captioner, shape: tuple[int, ...], episodes: int, max_width: int | None
+) -> FilmLayout:
+    """The layout of a film of frames of ``shape``: the MP4 at the rendered size, or scaled
+    down to ``max_width`` (by ffmpeg, on its own core), with a caption that looks the same
+    in the film either way (drawn at the scale ffmpeg then reduces)."""
+    height, width = shape[:2]
+    out_w = width if not max_width or width <= max_width else max(2, max_width - max_width % 2)
+    factor = width / out_w
+    line_out = CAPTION_LINE if out_w >= NARROW_WIDTH else CAPTION_LINE_NARROW
+    line = max(8, round(line_out * factor))
+    widest = caption(episodes, episodes, 99999, -99999.9, 0.0)
+    groups = [len(row.split("  ")) for row in captioner.lines(widest, width, line)]
+    size = (width, height + len(groups) * line)
+    if out_w == width:
+        out = (width + width % 2, size[1] + size[1] % 2)
+        filters = None if out == size else "pad=ceil(iw/2)*2:ceil(ih/2)*2"
+    else:
+        out = (out_w, max(2, round(size[1] / factor / 2) * 2))
+        filters = f"scale={out[0]}:{out[1]}:flags=area"
+    return FilmLayout(tuple(shape), line, groups, size, out, filters)
+
+
+def contiguous(frame: np.ndarray) -> np.ndarray:
+    """``frame`` as a C-contiguous array (itself when it is one). A transposed view of a
+    (W, H, 3) array, as gymnasium's classic control renders through pygame, is copied pixel
+    by pixel as 3-byte items: 0.59 ms for a 600x400 frame where numpy's byte-wise copy took
+    1.22 ms (dev VM)."""
+    if frame.flags.c_contiguous:
+        return frame
+    base = frame.transpose(1, 0, 2)
+    if base.flags.c_contiguous:
+        pixels = base.view(np.dtype((np.void, 3)))[..., 0]  # (W, H) of 3-byte items
+        copied: np.ndarray = np.ascontiguousarray(pixels.T).view(np.uint8)
+        return copied.reshape(frame.shape)
+    return np.ascontiguousarray(frame)
+
+
 class EpisodeRecorder:
     """Films the episodes of a one-env vector env into ``base``.mp4 (+ .gif, -filmstrip.png).
 
     The evaluation calls :meth:`start` after its reset, :meth:`after_step` after every step
-    and :meth:`close` at the end (:meth:`abort` when it fails: partial files are removed)."""
+    and :meth:`close` at the end (:meth:`abort` when it fails: partial files are removed).
+    ``max_width``: frames wider than this many pixels are scaled down in the MP4 (None: the
+    rendered size). Frames are kept by reference (as gymnasium's RecordVideo keeps them): a
+    renderer returns a new array each call, or one it does not write into again."""
 
     def __init__(
-        self, base: Path, *, episodes: int, fps: float | None = None, env_id: str = ""
+        self,
+        base: Path,
+        *,
+        episodes: int,
+        fps: float | None = None,
+        env_id: str = "",
+        max_width: int | None = None,
     ) -> None:
         self.mp4, self.gif, self.filmstrip = video_paths(base)
         self.episodes = episodes
         self.fps = fps
         self.env_id = env_id
+        self.max_width = max_width
         self._ffmpeg, self._image, draw, font = _video_modules(
             f"filming episodes (harness eval --video) of {env_id or 'the env'}"
         )
         self._captioner = Captioner(self._image, draw, font)
-        self._writer: Any = None
-        self._shape: tuple[int, ...] | None = None  # of the first frame (raw)
-        self._scale = 1
-        self._pad = (0, 0)
+        self._writer: FfmpegPipe | None = None
+        self._layout: FilmLayout | None = None
+        self._strip: CaptionStrip | None = None
         self._frames = 0
         self._episode = 1
         self._step = 0
         self._return = 0.0
-        self._pool: list[tuple[np.ndarray, str]] = []  # first episode: (small frame, caption)
+        self._pool: list[tuple[np.ndarray, str]] = []  # first episode: (frame, caption)
         self._stride = 1
         self._last: tuple[np.ndarray, str] | None = None  # the first episode's latest frame
 
@@ -287,68 +561,57 @@ class EpisodeRecorder:
             return VideoFiles(None, None, None, 0)
         try:
             self._writer.close()
-        except Exception as exc:  # (ffmpeg failed at the end: a full disk)
+        except HarnessError:  # (ffmpeg failed at the end: a full disk)
             self._writer = None
             self.abort()
-            raise HarnessError(f"ffmpeg could not finish {self.mp4}: {exc}") from exc
+            raise
         self._writer = None
         if self._episode == 1 and self._last is not None:  # (the first episode never ended)
             self._keep_last()
-        self._write_gif()
-        self._write_filmstrip()
+        try:
+            self._write_gif()
+            self._write_filmstrip()
+        except OSError as exc:
+            self.abort()
+            raise HarnessError(
+                f"--video: could not write {self.gif.name} or {self.filmstrip.name} in "
+                f"{self.gif.parent}: {exc}"
+            ) from exc
         return VideoFiles(self.mp4, self.gif, self.filmstrip, self._frames)
 
     def abort(self) -> None:
         """Stop ffmpeg and remove what was written (a failed evaluation leaves no half
         film)."""
         if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:  # (the evaluation's own error is the one to see)
-                log.debug("ffmpeg did not close cleanly", exc_info=True)
+            self._writer.abort()
             self._writer = None
         for path in (self.mp4, self.gif, self.filmstrip):
             path.unlink(missing_ok=True)
 
     # -- frames ----------------------------------------------------------------------------
     def _frame(self, frame: np.ndarray, score: float | None = None) -> None:
+        """One frame into the MP4: its rows, then its caption's (no composed copy)."""
         raw = self._checked(frame)
+        layout = self._layout
+        assert layout is not None
         text = caption(self._episode, self.episodes, self._step, self._return, score)
-        out = self._composed(raw, text)
-        frame = out[:-CAPTION_HEIGHT]
         if self._writer is None:
-            self._open(out.shape[1], out.shape[0])
-        self._writer.send(out)
+            self._open(layout)
+            self._strip = CaptionStrip(self._captioner, layout.shape[1], layout.line, layout.groups)
+        assert self._writer is not None and self._strip is not None
+        self._writer.send(contiguous(raw), self._strip.update(text))
         self._frames += 1
         if self._episode == 1:
-            self._last = (frame, text)
+            self._last = (raw, text)
             if self._step % self._stride == 0:
-                self._pool.append((self._small(frame, GIF_WIDTH), text))
+                self._pool.append((self._pooled(raw), text))
                 if len(self._pool) > POOL_FRAMES:
                     self._pool = self._pool[::2]
                     self._stride *= 2
 
-    def _composed(self, raw: np.ndarray, text: str) -> np.ndarray:
-        """The MP4 frame: ``raw`` enlarged by the whole factor, padded to even sides, with
-        its caption strip under it, written into one new array (``repeat`` twice, ``pad``
-        and ``concatenate``: 0.37 ms of the evaluation's thread per Pong frame)."""
-        height, width = raw.shape[:2]
-        s = self._scale
-        out = np.zeros(
-            (height * s + self._pad[0] + CAPTION_HEIGHT, width * s + self._pad[1], 3), np.uint8
-        )
-        if s == 1:
-            out[:height, :width] = raw
-        else:  # nearest neighbour: each row widened once, then written s times (0.19 ms a
-            # Pong frame; a 5-d broadcast of single pixels took 0.7 ms, repeat twice 0.37 ms)
-            rows = out[: height * s, : width * s].reshape(height, s, width * s, 3)  # (a view)
-            rows[:] = raw.repeat(s, axis=1)[:, None]
-        out[-CAPTION_HEIGHT:] = self._captioner.strip(text, out.shape[1], CAPTION_HEIGHT)
-        return out
-
     def _checked(self, frame: Any) -> np.ndarray:
         """The frame as a (H, W, 3) uint8 array of the first frame's shape (the contract)."""
-        if self._shape is None:
+        if self._layout is None:
             if (
                 not isinstance(frame, np.ndarray)
                 or frame.ndim != 3
@@ -360,69 +623,102 @@ class EpisodeRecorder:
                     f"{getattr(frame, 'shape', '')} {getattr(frame, 'dtype', '')}, not an "
                     f"(H, W, 3) uint8 frame (the render contract, docs/video.md)."
                 )
-            self._shape = frame.shape
-            height, width = frame.shape[:2]
-            self._scale = max(1, math.ceil(MIN_WIDTH / width))
-            self._pad = ((height * self._scale) % 2, (width * self._scale) % 2)
-        elif getattr(frame, "shape", None) != self._shape:
+            self._layout = film_layout(self._captioner, frame.shape, self.episodes, self.max_width)
+        elif getattr(frame, "shape", None) != self._layout.shape:
             raise HarnessError(
                 f"The env {self.env_id!r} rendered a frame of shape "
-                f"{getattr(frame, 'shape', None)} after frames of {self._shape}: a renderer "
-                f"must keep one frame size (the render contract, docs/video.md)."
+                f"{getattr(frame, 'shape', None)} after frames of {self._layout.shape}: a "
+                f"renderer must keep one frame size (the render contract, docs/video.md)."
             )
         checked: np.ndarray = frame
         return checked
 
-    def _open(self, width: int, height: int) -> None:
+    def _open(self, layout: FilmLayout) -> None:
         self.mp4.parent.mkdir(parents=True, exist_ok=True)
-        writer = self._ffmpeg.write_frames(
-            str(self.mp4),
-            (width, height),
-            fps=float(self.fps or DEFAULT_FPS),
-            codec="libx264",
-            pix_fmt_in="rgb24",
-            pix_fmt_out="yuv420p",
-            quality=None,
-            macro_block_size=2,  # (the size is even: no rescaling)
-            output_params=list(X264_OPTIONS),
-        )
-        self._writer = FrameSink(writer)
+        try:
+            self._writer = FfmpegPipe(
+                self._ffmpeg.get_ffmpeg_exe(),
+                self.mp4,
+                layout.size,
+                float(self.fps or DEFAULT_FPS),
+                layout.filters,
+                encoder_threads(),
+            )
+        except (OSError, RuntimeError) as exc:  # (RuntimeError: imageio-ffmpeg found none)
+            raise HarnessError(
+                f"--video: could not start ffmpeg for {self.mp4}: {exc}. Reinstall the video "
+                f"extra (pip install 'harness[video]'), or set IMAGEIO_FFMPEG_EXE to an ffmpeg "
+                f"with libx264."
+            ) from exc
+
+    def _pooled(self, frame: np.ndarray) -> np.ndarray:
+        """A first-episode frame as the pool keeps it: by reference, or shrunk if large."""
+        if frame.nbytes <= POOL_FRAME_BYTES:
+            return frame
+        return self._small(frame, GIF_WIDTH)
 
     def _small(self, frame: np.ndarray, width: int) -> np.ndarray:
-        """``frame`` shrunk to at most ``width`` pixels wide (even height)."""
+        """``frame`` shrunk to at most ``width`` pixels wide (even height), or as it is."""
         height, w = frame.shape[:2]
         if w <= width:
-            return frame.copy()
+            return frame
         new_h = max(2, round(height * width / w) // 2 * 2)
         image = self._image.fromarray(frame).resize((width, new_h), self._image.Resampling.BOX)
         return np.asarray(image)
+
+    def _gif_frame(self, frame: np.ndarray) -> np.ndarray:
+        """A pooled frame at the GIF's size: shrunk to :data:`GIF_WIDTH`, or a narrow one
+        enlarged by a whole factor (nearest neighbour) to at least :data:`NARROW_WIDTH`."""
+        width = frame.shape[1]
+        if width < NARROW_WIDTH:
+            scale = math.ceil(NARROW_WIDTH / width)
+            frame = frame.repeat(scale, axis=0).repeat(scale, axis=1)
+        return self._small(frame, GIF_WIDTH)
 
     def _keep_last(self) -> None:
         """The first episode's last frame joins the pool (the filmstrip ends on it)."""
         assert self._last is not None
         frame, text = self._last
         if not self._pool or self._pool[-1][1] != text:
-            self._pool.append((self._small(frame, GIF_WIDTH), text))
+            self._pool.append((self._pooled(frame), text))
         self._last = None
 
     # -- GIF and filmstrip -----------------------------------------------------------------
     def _write_gif(self) -> None:
         """The pooled frames as a looping GIF under :data:`GIF_MAX_BYTES` (fewer frames,
-        each shown longer, until it fits)."""
+        each shown longer, until it fits). One palette for every frame, from a mosaic of
+        eight of them, and no per-frame palette optimisation: 64 Pong frames of 320x468 took
+        50 ms where a palette per frame (FASTOCTREE) and pillow's optimising writer took
+        275 ms, 10% of a 3-episode evaluation (dev VM); rendered scenes keep their few
+        colours throughout. (A thread writing it while the next episodes ran was slower
+        still: it and the evaluation took turns at the GIL.)"""
         pool, stride = self._pool, self._stride
+        line = CAPTION_LINE_NARROW
+        widest = caption(self.episodes, self.episodes, 99999, -99999.9, 0.0)
+        shown = [self._gif_frame(f) for f, _ in pool]
+        lines = len(self._captioner.lines(widest, shown[0].shape[1], line))
+        rgb = [
+            np.concatenate([f, self._captioner.strip(t, f.shape[1], line, lines)], axis=0)
+            for f, (_, t) in zip(shown, pool, strict=True)
+        ]
+        sample = np.linspace(0, len(rgb) - 1, min(8, len(rgb))).round().astype(int)
+        mosaic = self._image.fromarray(np.concatenate([rgb[i] for i in sample], axis=1))
+        palette = mosaic.quantize(256, self._image.Quantize.FASTOCTREE)
+        none = self._image.Dither.NONE
+        frames = [self._image.fromarray(f).quantize(palette=palette, dither=none) for f in rgb]
         while True:
-            # FASTOCTREE: 2.5 ms a 320x226 frame where the median cut of convert("P",
-            # ADAPTIVE) took 12.5 ms (dev VM), alike to the eye on rendered scenes
-            fast = self._image.Quantize.FASTOCTREE
-            images = [
-                self._image.fromarray(self._captioner.under(f, t, 16)).quantize(256, fast)
-                for f, t in pool
-            ]
             ms = max(20, round(1000 * stride / float(self.fps or DEFAULT_FPS)))
-            images[0].save(self.gif, save_all=True, append_images=images[1:], duration=ms, loop=0)
-            if self.gif.stat().st_size <= GIF_MAX_BYTES or len(pool) <= 8:
+            frames[0].save(
+                self.gif,
+                save_all=True,
+                append_images=frames[1:],
+                duration=ms,
+                loop=0,
+                optimize=False,
+            )
+            if self.gif.stat().st_size <= GIF_MAX_BYTES or len(frames) <= 8:
                 return
-            pool, stride = pool[::2], stride * 2
+            frames, stride = frames[::2], stride * 2
 
     def _write_filmstrip(self) -> None:
         """:data:`STRIP_FRAMES` pooled frames, first to last evenly, side by side."""
@@ -432,7 +728,9 @@ class EpisodeRecorder:
         for i in index.astype(int):
             frame, text = pool[i]
             short = text.split("  return")[0].split("  ", 1)[-1]  # "step 140"
-            tiles.append(self._captioner.under(self._small(frame, STRIP_WIDTH), short, 16))
+            tiles.append(
+                self._captioner.under(self._small(frame, STRIP_WIDTH), short, CAPTION_LINE_NARROW)
+            )
         height = max(t.shape[0] for t in tiles)
         gap = np.full((height, 4, 3), 255, np.uint8)
         row: list[np.ndarray] = []

@@ -104,7 +104,9 @@ def check_renderer(
     ``reset`` and after each step returns one ``(H, W, 3)`` uint8 frame per env, of one shape
     throughout, across an autoreset too (stepping stops two steps after the first episode
     ends, or fails after ``steps``); a final frame an ending step hands over
-    (``info["final_frame"]``, optional) has that shape too."""
+    (``info["final_frame"]``, optional) has that shape too; and a frame is not written into
+    by later calls (the recorder keeps frames by reference: a new array per call, as
+    gymnasium's renderers give, or one the env never writes into again)."""
     who = f"env family {spec.name!r}{_owner(spec.plugin)} rendering {env_id!r}"
     if options is None and spec.config_cls is not None:
         options = spec.config_cls()
@@ -122,7 +124,9 @@ def check_renderer(
     try:
         info = _check_env_spaces(envs, env_id, num_envs, who)
         envs.reset(seed=seed)
-        shape = _check_frames(envs.render(), num_envs, None, "render() after reset", who)
+        first = envs.render()
+        shape = _check_frames(first, num_envs, None, "render() after reset", who)
+        kept = [np.array(frame) for frame in first]  # (copies, to compare with later)
         rng = np.random.default_rng(seed)
         first_end = None
         for t in range(steps + 2):  # (the two steps after an episode ending at the last)
@@ -133,6 +137,13 @@ def check_renderer(
                 _check_final_frames(out[4], done, shape, f"step {t}", who)
                 first_end = t if first_end is None else first_end
             if first_end is not None and t >= first_end + 2:
+                _check(
+                    all(np.array_equal(a, b) for a, b in zip(first, kept, strict=True)),
+                    who,
+                    "the frames render() returned after the reset changed as the env stepped "
+                    "and rendered again: return a new array per call (the recorder keeps "
+                    "frames by reference, docs/video.md)",
+                )
                 return
             if first_end is None and t >= steps - 1:
                 break

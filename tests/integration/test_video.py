@@ -102,6 +102,37 @@ def test_the_checker_catches_a_renderer_that_changes_size(registry: object) -> N
         check_renderer(spec, "CartPole-v1", num_envs=1, steps=50)
 
 
+def test_the_checker_catches_a_renderer_that_reuses_its_array(registry: object) -> None:
+    """check_renderer fails a renderer that draws every frame into one array (a recorder
+    keeping frames by reference would film the last frame over and over)."""
+    import dataclasses
+
+    from harness_gymnasium.plugin import make_env
+
+    def reusing(env_id: str, **kwargs: object) -> object:
+        envs = make_env(env_id, **kwargs)  # type: ignore[arg-type]
+        render = envs.render
+        buffers: list[np.ndarray] = []
+
+        def render_into_one() -> tuple[np.ndarray, ...]:
+            frames = render()
+            if not buffers:
+                buffers.extend(np.empty_like(f) for f in frames)
+            for buffer, frame in zip(buffers, frames, strict=True):
+                buffer[:] = frame
+            return tuple(buffers)
+
+        envs.render = render_into_one
+        return envs
+
+    spec = dataclasses.replace(
+        registry.envs.get("gymnasium"),  # type: ignore[attr-defined]
+        make_env=reusing,
+    )
+    with pytest.raises(AssertionError, match="return a new array per call"):
+        check_renderer(spec, "CartPole-v1", num_envs=1, steps=50)
+
+
 def test_a_family_without_the_mode_is_refused(registry: object) -> None:
     from harness.config import Config, RunConfig
     from harness.runtime.build import make_envs
@@ -145,6 +176,31 @@ def test_eval_video_writes_a_film_gif_filmstrip_and_record(cartpole_run: Path) -
     assert record["returns"] == [float(n) for n in record["lengths"]]  # CartPole: 1 per step
 
 
+def test_video_width_scales_the_film_down(cartpole_run: Path) -> None:
+    """--video-width 300: ffmpeg scales CartPole's 600x400 frames and their caption to 300
+    px (the caption drawn at twice the 16-px line of a film under 320 px, then halved); the
+    scene is the same one (a white scene with the dark cart in the middle)."""
+    import imageio.v3 as iio
+
+    proc = subprocess.run(
+        [*CLI, "eval", str(cartpole_run), "--video", "--episodes", "1", "--video-width", "300"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((cartpole_run / "evaluations.jsonl").read_text().splitlines()[-1])
+    frames = iio.imread(cartpole_run / record["video"])
+    assert frames.shape[1:] == (216, 300, 3)  # (400 + 32) / 2, 600 / 2
+    assert len(frames) == record["lengths"][0] + 1
+    scene = frames[0][:200].astype(int)
+    assert scene.mean() > 150  # white background
+    dark = np.argwhere(scene.sum(axis=2) < 200)  # the cart and the pole
+    assert len(dark) > 50 and 100 < dark[:, 1].mean() < 200  # near the middle
+    caption = frames[0][-10:].astype(int)
+    assert caption.mean() < 80  # the dark caption strip at the bottom
+
+
 def test_video_of_an_env_that_cannot_render(tmp_path: Path) -> None:
     """Exit 2 naming the env and what is missing, after the scores are printed."""
     pytest.importorskip("popgym")
@@ -179,7 +235,12 @@ def test_video_of_an_env_that_cannot_render(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "needle"),
-    [(["--video", "--fps", "0"], "--fps 0"), (["--fps", "30"], "give --video too")],
+    [
+        (["--video", "--fps", "0"], "--fps 0"),
+        (["--fps", "30"], "give --video too"),
+        (["--video", "--video-width", "8"], "--video-width 8"),
+        (["--video-width", "300"], "give --video too"),
+    ],
 )
 def test_bad_fps_exits_2_before_anything_runs(
     flags: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
