@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -75,29 +76,37 @@ def test_myosuite_renders_through_its_camera(registry: object) -> None:
     check_renderer(spec, "myoChallengeDieReorientP1-v0", num_envs=1, steps=10, options=options)
 
 
-def test_the_checker_catches_a_renderer_that_changes_size(registry: object) -> None:
-    """check_renderer fails a vector env whose frames change shape at an autoreset."""
+def gymnasium_rendering_with(registry: object, wrap: Any) -> Any:
+    """The gymnasium family with each vector env's ``render`` replaced by ``wrap(render)``
+    (a renderer breaking the contract in one way, for the checker to catch)."""
     import dataclasses
 
     from harness_gymnasium.plugin import make_env
 
-    def resizing(env_id: str, **kwargs: object) -> object:
+    def make(env_id: str, **kwargs: object) -> object:
         envs = make_env(env_id, **kwargs)  # type: ignore[arg-type]
-        render = envs.render
-        calls = [0]
-
-        def render_odd() -> tuple[np.ndarray, ...]:  # every other call one row short
-            calls[0] += 1
-            frames = render()
-            return tuple(f[1:] if calls[0] % 2 == 0 else f for f in frames)
-
-        envs.render = render_odd
+        envs.render = wrap(envs.render)
         return envs
 
-    spec = dataclasses.replace(
+    return dataclasses.replace(
         registry.envs.get("gymnasium"),  # type: ignore[attr-defined]
-        make_env=resizing,
+        make_env=make,
     )
+
+
+def test_the_checker_catches_a_renderer_that_changes_size(registry: object) -> None:
+    """check_renderer fails a vector env whose frames change shape at an autoreset."""
+
+    def every_other_call_one_row_short(render: Any) -> Any:
+        calls = [0]
+
+        def render_odd() -> tuple[np.ndarray, ...]:
+            calls[0] += 1
+            return tuple(f[1:] if calls[0] % 2 == 0 else f for f in render())
+
+        return render_odd
+
+    spec = gymnasium_rendering_with(registry, every_other_call_one_row_short)
     with pytest.raises(AssertionError, match="keep one frame size"):
         check_renderer(spec, "CartPole-v1", num_envs=1, steps=50)
 
@@ -105,13 +114,8 @@ def test_the_checker_catches_a_renderer_that_changes_size(registry: object) -> N
 def test_the_checker_catches_a_renderer_that_reuses_its_array(registry: object) -> None:
     """check_renderer fails a renderer that draws every frame into one array (a recorder
     keeping frames by reference would film the last frame over and over)."""
-    import dataclasses
 
-    from harness_gymnasium.plugin import make_env
-
-    def reusing(env_id: str, **kwargs: object) -> object:
-        envs = make_env(env_id, **kwargs)  # type: ignore[arg-type]
-        render = envs.render
+    def into_one_array(render: Any) -> Any:
         buffers: list[np.ndarray] = []
 
         def render_into_one() -> tuple[np.ndarray, ...]:
@@ -122,13 +126,9 @@ def test_the_checker_catches_a_renderer_that_reuses_its_array(registry: object) 
                 buffer[:] = frame
             return tuple(buffers)
 
-        envs.render = render_into_one
-        return envs
+        return render_into_one
 
-    spec = dataclasses.replace(
-        registry.envs.get("gymnasium"),  # type: ignore[attr-defined]
-        make_env=reusing,
-    )
+    spec = gymnasium_rendering_with(registry, into_one_array)
     with pytest.raises(AssertionError, match="return a new array per call"):
         check_renderer(spec, "CartPole-v1", num_envs=1, steps=50)
 
