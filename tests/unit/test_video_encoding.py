@@ -1,9 +1,9 @@
 """harness.video's encoding path with the real ffmpeg binary (imageio-ffmpeg's) and films read
 back: the frames keep their content and orientation whether the renderer hands over
 C-contiguous frames or transposed views (pygame's classic control), a narrow Atari-sized frame
-keeps its size with a caption wrapped onto two lines, and :class:`FfmpegPipe` keeps nothing of
-a frame once ``send`` returns (a renderer may reuse its buffer) even while the pipe is full,
-and names ffmpeg's own message when it fails."""
+keeps its size with a caption wrapped onto two lines, and harness.video_pipe's FfmpegPipe
+keeps nothing of a frame once ``send`` returns (a renderer may reuse its buffer) even while
+the pipe is full, and names ffmpeg's own message when it fails."""
 
 from __future__ import annotations
 
@@ -19,12 +19,8 @@ pytest.importorskip("imageio_ffmpeg")
 pytest.importorskip("PIL")
 
 from harness.errors import HarnessError
-from harness.video import (
-    CAPTION_LINE_NARROW,
-    EpisodeRecorder,
-    FfmpegPipe,
-    contiguous,
-)
+from harness.video import CAPTION_LINE_NARROW, EpisodeRecorder, contiguous
+from harness.video_pipe import FfmpegPipe
 
 
 class Frames:
