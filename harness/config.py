@@ -110,8 +110,9 @@ class RunConfig:
     """Rollouts an actor of an off-policy algorithm may run ahead of the learner's weights
     (on-policy algorithms always wait for the newest weights). Agents with independent
     transitions (DQN) stream: this many requests stay queued at each actor, and a rollout's
-    weights can be a version or so older still when other actors delivered in the meantime
-    (``farm/policy_lag_max`` reports it)."""
+    weights are older by as many versions as the other actors delivered iterations in the
+    meantime: usually one or two, more while an actor is starved of CPU (the learner does not
+    wait for it; ``farm/policy_lag_max`` reports it)."""
     actor_memory_mb: int = 0
     """Address-space limit per actor process in MiB; 0 means no limit."""
     inference: str = "actor"

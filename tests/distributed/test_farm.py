@@ -90,9 +90,12 @@ def test_dqn_actors_run_ahead_with_bounded_lag(tmp_path: Path) -> None:
     )
     farm = [m for m in rec.metrics if "farm/policy_lag" in m]
     lags = [m["farm/policy_lag_max"] for m in farm]
-    # streamed: one request queued per actor; a rollout can be one version older still when
-    # the other actor delivered twice meanwhile
-    assert 1.0 <= max(lags) <= 2.0, f"actors never ran ahead (or too far): {sorted(set(lags))}"
+    assert max(lags) >= 1.0, f"actors never ran ahead: {sorted(set(lags))}"
+    # what max_policy_lag bounds: rollouts requested ahead per actor (streamed: one each).
+    # The version lag of a chunk has no bound of its own: while one actor is starved of CPU
+    # the other delivers whole iterations (a CI run on 2 busy cores saw a lag of 5), and the
+    # learner never waits for the slow one in stream mode.
+    assert all(m["farm/inbox"] <= 2 * 1 for m in farm), [m["farm/inbox"] for m in farm]
     assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps
     assert any("losses/td_loss" in m or "losses/loss" in m for m in rec.metrics), "no update"
 
