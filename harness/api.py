@@ -521,8 +521,40 @@ class Agent(abc.ABC):
         :meth:`episodes_ended`). Such an agent acts for one fixed set of envs, so a policy
         server batching whichever actors' envs are waiting (``run.inference = 'central'``)
         refuses it. Override it where that holds; a pure function of the observations, the
-        weights, :attr:`rng` and :attr:`env_steps` (PPO, IMPALA, DQN, SAC) keeps False."""
+        weights, :attr:`rng` and :attr:`env_steps` (PPO, IMPALA, DQN, SAC) keeps False; an
+        agent that can keep that state for many envs by row says so in :attr:`acts_by_rows`."""
         return False
+
+    @property
+    def acts_by_rows(self) -> bool:
+        """True when this agent's per-env acting state can be kept for a fixed set of rows
+        (every env of a farm) and any subset of them acted for at a time: a policy server
+        (``run.inference = 'central'``) then calls :meth:`sample_rows` and :meth:`rows_ended`
+        instead of ``sample`` and ``episodes_ended``, so an agent with
+        :attr:`per_env_acting_state` (recurrent PPO and IMPALA) is served too. A replaced
+        server carries the rows' state to its new agent through :meth:`data_state` /
+        :meth:`load_data_state`, so keep it there. False (the default): the server calls
+        ``sample`` as it always did."""
+        return False
+
+    def sample_rows(
+        self, obs: np.ndarray, rows: slice | np.ndarray, num_rows: int
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`sample` for rows ``rows`` (a slice or sorted row indices) of ``num_rows``
+        envs, ``obs[j]`` being row ``rows[j]``'s observation: exactly what ``sample`` on those
+        envs alone would give (actions, extras), using and advancing only those rows' state
+        (rows never acted for start from a fresh episode's). Only called when
+        :attr:`acts_by_rows`; the default serves agents without per-env state."""
+        if self.per_env_acting_state:
+            raise NotImplementedError(
+                f"{self.name} keeps per-env acting state: override sample_rows"
+            )
+        return self.sample(obs)
+
+    def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:  # noqa: B027 - optional
+        """:meth:`episodes_ended` by row: the episodes of rows ``rows`` (row indices) of
+        ``num_rows`` envs ended, or those envs are new (a replaced farm actor's), before their
+        next :meth:`sample_rows`: their state resets."""
 
     def episodes_ended(self, mask: np.ndarray) -> None:  # noqa: B027 - optional
         """Called by whoever steps the envs (a serial run or a farm actor) after a vector step

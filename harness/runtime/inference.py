@@ -16,12 +16,14 @@ RL's central inference, as an option of the same farm::
 How the parts talk (all on this host):
 
 - **Shared memory**: one ``.npy`` memory map per array in a private directory (``/dev/shm``
-  where there is one): ``obs`` ``(num_envs, *obs_shape)``, ``actions``, one per extra, and
-  ``control`` ``(actors, 3)`` int64 (request sequence number, answered sequence number,
-  weights version that answered). Actor ``i`` owns rows ``offsets[i]:offsets[i+1]``, fixed
-  for the run: an actor writes its observations once, the server reads whole runs of
-  neighbouring actors as views (every actor waiting: the whole array, no copy at all) and
-  writes the answers back in place. No pickling.
+  where there is one): ``obs`` ``(num_envs, *obs_shape)``, ``actions``, one per extra,
+  ``ended`` ``(num_envs,)`` int8 (episode-end flags, for per-env acting state) and
+  ``control`` ``(actors, 4)`` int64 (request sequence number, answered sequence number,
+  weights version that answered, the first request of the actor now in the slot). Actor
+  ``i`` owns rows ``offsets[i]:offsets[i+1]``, fixed for the run: an actor writes its
+  observations once, the server reads whole runs of neighbouring actors as views (every
+  actor waiting: the whole array, no copy at all) and writes the answers back in place. No
+  pickling.
 - **Wake-ups**: FIFOs. An actor writes its index (4 bytes: atomic on a pipe) to the shared
   ``requests`` FIFO; the server reads every waiting index at once (that is the batch) and
   writes one byte to each answered actor's ``reply-i`` FIFO. Both sides open FIFOs
@@ -36,9 +38,22 @@ How the parts talk (all on this host):
   ``version`` is the oldest version that answered any of its steps.
 - **Exploration state** lives with the server's agent: its ``rng``, ``env_steps`` (set from
   the learner's with each version, advanced by each batch: epsilon schedules follow the
-  learner as on per-actor actors). Agents with per-env acting state (recurrent policies,
-  ES perturbations, a DDPG ensemble head per env) are refused (:func:`central_refusal`):
-  one batch over whichever actors are waiting would mix their envs up.
+  learner as on per-actor actors).
+- **Per-env acting state** (a recurrent policy's hidden state) lives with the server's agent
+  too, one row per env of the farm, for agents that keep it by row
+  (:attr:`~harness.api.Agent.acts_by_rows`: recurrent PPO and IMPALA): the server calls
+  ``sample_rows(obs, rows, num_envs)`` with the batch's rows, so each env's state is used
+  and advanced only by its own steps, whichever actors share a batch. An actor's
+  ``episodes_ended`` sets its rows' flags in ``ended``; the server resets those rows
+  (``rows_ended``) before it samples them and clears the flags (the actor writes them only
+  while it has no request open, so the two never race). A new actor in a slot (a replaced
+  one: fresh envs) writes its first request's sequence number to ``control``; the server
+  resets all its rows when it answers that request, not before (a predecessor's stale
+  request may still be answered first, by sequence number as always). A replaced server
+  carries the states over to its new agent (``data_state`` / ``load_data_state``). Agents
+  with per-env state kept otherwise (ES perturbations, a DDPG ensemble head per env, QMIX,
+  R2D2) are refused (:func:`central_refusal`): one batch over whichever actors are waiting
+  would mix their envs up.
 
 - **Gathering** (``run.inference_wait_ms``): once a request arrived, the server may wait a
   little for more (until every actor's is in) before the batch: fewer wake-ups of the
@@ -73,9 +88,10 @@ from harness.errors import ConfigError, HarnessError
 
 log = logging.getLogger(__name__)
 
-REQUEST, ANSWERED, VERSION = 0, 1, 2
+REQUEST, ANSWERED, VERSION, STARTED = 0, 1, 2, 3
 """Columns of the ``control`` array: the newest request's sequence number, the sequence
-number answered, the weights version that answered it."""
+number answered, the weights version that answered it, and the sequence number of the first
+request of the actor now in the slot (its envs are fresh from that request on)."""
 _STOP = np.int32(-1).tobytes()
 """The record that tells the server thread to end."""
 MAX_SERVER_RESTARTS = 100
@@ -94,17 +110,19 @@ def central_refusal(agent: Agent) -> str | None:
     """Why ``agent``'s ``sample`` cannot be batched over the rows of whichever actors are
     waiting, or None when it can: a pure function of the observations, the agent's ``rng``,
     its weights and ``env_steps``; an agent with per-env acting state says so
-    (:attr:`harness.api.Agent.per_env_acting_state`)."""
+    (:attr:`harness.api.Agent.per_env_acting_state`) and is served only when it keeps that
+    state by row (:attr:`harness.api.Agent.acts_by_rows`)."""
     if agent.env_info.multi_agent:
         return (
             "its env is multi-agent (agent-keyed observation batches are not served centrally yet)"
         )
-    if agent.per_env_acting_state:
+    if agent.per_env_acting_state and not agent.acts_by_rows:
         return (
             f"{agent.name} keeps acting state per env between steps (Agent.per_env_acting_state: "
-            "a recurrent policy's hidden state, an ES perturbation or a DDPG ensemble head per "
-            "episode), which one batch over whichever actors are waiting would mix up; "
-            "recurrent state on the policy server is not built yet"
+            "an ES perturbation, a DDPG ensemble head per episode, a recurrent Q-network's "
+            "state), which one batch over whichever actors are waiting would mix up, and it "
+            "cannot keep that state by row on the server (Agent.acts_by_rows, as recurrent "
+            "PPO and IMPALA do)"
         )
     return None
 
@@ -185,6 +203,8 @@ class InferenceLink:
     """Actor ``i``'s rows are ``offsets[i]:offsets[i + 1]``."""
     extras: tuple[str, ...]
     """The names of ``sample``'s extras, in the order of their files ``extra-J.npy``."""
+    by_rows: bool = False
+    """The server keeps per-env acting state by row: actors report their episode ends."""
 
 
 class _Arrays:
@@ -201,6 +221,7 @@ class _Arrays:
         self.obs = view("obs.npy")
         self.actions = view("actions.npy")
         self.extras = {name: view(f"extra-{j}.npy") for j, name in enumerate(link.extras)}
+        self.ended = view("ended.npy")
         self.control = view("control.npy")
 
 
@@ -236,7 +257,8 @@ def batch_rows(offsets: np.ndarray, ids: np.ndarray) -> slice | np.ndarray:
 class CentralActing:
     """An actor's stand-in for the agent (what :class:`~harness.runtime.stepper.EnvStepper`
     calls): ``sample`` writes the observations into this actor's rows, wakes the server and
-    waits for its answer. Per-env acting state does not exist here (refused agents)."""
+    waits for its answer. Per-env acting state lives on the server: this side reports its
+    episode ends and, by existing, that its envs are fresh (module docstring)."""
 
     def __init__(self, link: InferenceLink, index: int) -> None:
         self.index = index
@@ -252,6 +274,10 @@ class CentralActing:
         self._record = np.int32(index).tobytes()
         # continue the slot's sequence: a predecessor's open request is never ours
         self.seq = int(self.arrays.control[index, REQUEST])
+        self._by_rows = link.by_rows
+        # fresh envs: the server resets this slot's rows at our first request (not at a
+        # predecessor's stale one, which it may still answer)
+        self.arrays.control[index, STARTED] = self.seq + 1
         self.oldest_version = -1
         """The oldest weights version that answered since :meth:`begin_rollout` (-1: none)."""
 
@@ -285,7 +311,11 @@ class CentralActing:
         return a.actions[self.rows].copy(), extras
 
     def episodes_ended(self, mask: np.ndarray) -> None:
-        """No per-env acting state on this side (see :func:`central_refusal`)."""
+        """Flag this actor's rows whose episodes ended: the server resets their state before
+        it samples them next (only where it keeps per-env state: ``link.by_rows``)."""
+        if self._by_rows:
+            flags = self.arrays.ended[self.rows]  # a view: written in place
+            flags[np.asarray(mask, bool)] = 1
 
     def close(self) -> None:
         for fd in (self._requests, self._reply):
@@ -311,6 +341,8 @@ class PolicyServer:
         self.wait_s = wait_s
         """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
         self.agent = make_agent()
+        self.by_rows = self.agent.per_env_acting_state and self.agent.acts_by_rows
+        """The agent keeps per-env acting state by row (``sample_rows``, ``rows_ended``)."""
         info = self.agent.env_info
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         rows = int(self.offsets[-1])
@@ -325,11 +357,16 @@ class PolicyServer:
         for j, name in enumerate(names):
             value = np.asarray(extras[name])
             _create(d / f"extra-{j}.npy", (rows, *value.shape[1:]), value.dtype)
-        _create(d / "control.npy", (len(sizes), 3), np.dtype(np.int64))
+        _create(d / "ended.npy", (rows,), np.dtype(np.int8))
+        _create(d / "control.npy", (len(sizes), 4), np.dtype(np.int64))
         os.mkfifo(d / "requests", 0o600)
         for i in range(len(sizes)):
             os.mkfifo(d / f"reply-{i}", 0o600)
-        self.link = InferenceLink(self.directory, tuple(int(o) for o in self.offsets), names)
+        self.link = InferenceLink(
+            self.directory, tuple(int(o) for o in self.offsets), names, self.by_rows
+        )
+        self._started = np.zeros(len(sizes), np.int64)
+        """Per slot: the ``STARTED`` request whose fresh envs this server has reset."""
         self.arrays = _Arrays(self.link)
         self._requests = os.open(d / "requests", os.O_RDWR)
         self._replies = [
@@ -427,12 +464,30 @@ class PolicyServer:
                 self._replace()
 
     def _replace(self) -> None:
-        rng = self.agent.rng.bit_generator.state
+        old = self.agent
         self.agent = self._make_agent()
-        self.agent.rng.bit_generator.state = rng
+        self.agent.rng.bit_generator.state = old.rng.bit_generator.state
+        if self.by_rows:
+            self._carry_rows(old)
         with self._lock:
             if self._pending is None and self._current is not None:
                 self._pending = self._current  # loaded into the new agent at its first batch
+
+    def _carry_rows(self, old: Agent) -> None:
+        """The per-env acting states of a failed server's agent, into its replacement: the
+        failure came inside a batch (``sample_rows`` writes the states last, so they are
+        those of the last answered steps), and the open requests are answered again from
+        them. Where they cannot be read, every row starts from a fresh state, said in the
+        log: the actors' episodes go on, acted from zero states the learner does not
+        replay from (V-trace and PPO's clip then see a policy that differs from theirs)."""
+        try:
+            self.agent.load_data_state(old.data_state())
+        except Exception as exc:
+            log.warning(
+                "policy server: the failed agent's per-env acting states could not be carried "
+                "over (%r); every env's state starts from zeros",
+                exc,
+            )
 
     def _serve(self) -> None:
         self._answer(np.arange(len(self._replies)))  # every request left open (a restart)
@@ -481,7 +536,11 @@ class PolicyServer:
         rows = batch_rows(self.offsets, ids)
         obs = a.obs[rows]
         start = time.perf_counter()
-        actions, extras = self.agent.sample(obs)
+        if self.by_rows:
+            self._rows_ended(ids, asked, rows)
+            actions, extras = self.agent.sample_rows(obs, rows, len(a.ended))
+        else:
+            actions, extras = self.agent.sample(obs)
         self._busy += time.perf_counter() - start
         self.agent.env_steps += len(obs)
         a.actions[rows] = actions
@@ -495,6 +554,24 @@ class PolicyServer:
         for i in ids.tolist():
             with contextlib.suppress(BlockingIOError):  # a full FIFO: its reader has the news
                 os.write(self._replies[i], b"\0")
+
+    def _rows_ended(self, ids: np.ndarray, asked: np.ndarray, rows: slice | np.ndarray) -> None:
+        """Reset the state of the batch's rows (actors ``ids``, answering requests ``asked``)
+        whose episodes ended, and of every row of an actor answered for its first request
+        (fresh envs), before they are sampled; clear the flags."""
+        a = self.arrays
+        started = a.control[ids, STARTED]
+        fresh = (started > self._started[ids]) & (asked >= started)
+        flags = a.ended[rows] != 0
+        if fresh.any():
+            widths = self.offsets[ids + 1] - self.offsets[ids]
+            flags |= np.repeat(fresh, widths)
+        if not flags.any():
+            return
+        index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        self.agent.rows_ended(index[flags], len(a.ended))
+        a.ended[rows] = 0
+        self._started[ids[fresh]] = started[fresh]
 
     def _load_weights(self) -> None:
         with self._lock:

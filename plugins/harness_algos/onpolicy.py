@@ -372,16 +372,26 @@ class RolloutAgent(Agent):
         after its last step. Returns the metrics."""
 
     # --- acting ---------------------------------------------------------------------------
-    def acting_outputs(self, obs: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+    def acting_outputs(
+        self, obs: np.ndarray, rows: tuple[slice | np.ndarray, int] | None = None
+    ) -> tuple[Any, dict[str, np.ndarray]]:
         """The policy's numpy outputs (policy head, values) for ``sample`` on env
         observations, and the extras a recurrent policy adds: ``rnn_state``, the state this step
-        started from (the learner replays each sequence from its first step's)."""
+        started from (the learner replays each sequence from its first step's). ``rows =
+        (rows, num_rows)``: the observations are those rows of ``num_rows`` envs, whose states
+        alone are used and advanced (``sample_rows``)."""
         x = self.policy_obs(obs)
         if self.memory is None:
             return self.algorithm.policy_outputs(x)[0], {}
-        before = self.memory.before_sample(len(x))
+        if rows is None:
+            before = self.memory.before_sample(len(x))
+            outs, after = self.algorithm.policy_outputs(x, before)
+            self.memory.acting = np.asarray(after, np.float32)
+            return outs, {"rnn_state": before}
+        before = self.memory.rows_before(*rows)
         outs, after = self.algorithm.policy_outputs(x, before)
-        self.memory.acting = np.asarray(after, np.float32)
+        # last: a step that failed leaves the rows as they were (a replaced server goes on)
+        self.memory.rows_after(rows[0], np.asarray(after, np.float32))
         return outs, {"rnn_state": before}
 
     def greedy_outputs(self, obs: np.ndarray) -> Any:
@@ -400,6 +410,17 @@ class RolloutAgent(Agent):
         policy, the state the step started from. Values are left out: ``learn_rollout`` scores
         the whole rollout in one batched pass (A2C and PG act their own way)."""
         outs, extras = self.acting_outputs(obs)
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        extras.update(log_prob=log_probs, action=actions)
+        return self.to_env(actions), extras
+
+    def sample_rows(
+        self, obs: np.ndarray, rows: slice | np.ndarray, num_rows: int
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`sample` for rows ``rows`` of ``num_rows`` envs (a policy server acting for
+        a farm, :attr:`acts_by_rows`): the same actions, log-probabilities and ``rnn_state``
+        as an actor's own copy stepping those envs gives."""
+        outs, extras = self.acting_outputs(obs, (rows, num_rows))
         actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
         extras.update(log_prob=log_probs, action=actions)
         return self.to_env(actions), extras
@@ -436,9 +457,17 @@ class RolloutAgent(Agent):
     def per_env_acting_state(self) -> bool:
         return self.memory is not None  # (a recurrent policy's state per env)
 
+    @property
+    def acts_by_rows(self) -> bool:
+        return self.memory is not None  # (the states are rows of one array: any rows served)
+
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:
             self.memory.ended(mask)
+
+    def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:
+        if self.memory is not None:
+            self.memory.rows_ended(rows, num_rows)
 
     def predict_episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:

@@ -11,6 +11,10 @@ How the state travels (docs/recurrent.md):
   layer's numpy copy once per env step, and zeroes an env's state when its episode ends
   (``episodes_ended``). ``sample`` returns the state each step *started from* as the extra
   ``rnn_state``, so it travels with the chunk like the behaviour log-probabilities do.
+* **Central inference** (``run.inference = "central"``): the policy server's agent keeps a
+  state for every env of the farm, one row each, and steps only the rows of the actors in a
+  batch (``sample_rows``); ended episodes and a replaced actor's fresh envs zero their rows
+  (``rows_ended``). The ``rnn_state`` extras are the same as an actor's own copy gives.
 * **Learning**: a rollout is ``T`` steps of every env, each env's column one sequence. The
   learner keeps the ``rnn_state`` of each column's first step (the state the actor had there,
   whatever weights made it) and replays the sequence from it with the fused op, zeroing the
@@ -184,6 +188,20 @@ class RecurrentStates:
         if len(self.acting) != rows:
             self.acting = np.zeros((rows, self.width), np.float32)
         return self.acting
+
+    def rows_before(self, rows: slice | np.ndarray, num_rows: int) -> np.ndarray:
+        """The states rows ``rows`` of ``num_rows`` training envs start their next step from
+        (a policy server's ``sample_rows``), as a copy: :meth:`rows_after` overwrites them
+        while the caller keeps these as the step's ``rnn_state``."""
+        return np.array(self.before_sample(num_rows)[rows])
+
+    def rows_after(self, rows: slice | np.ndarray, state: np.ndarray) -> None:
+        """Rows ``rows`` stepped to ``state``; the other rows keep theirs."""
+        self.acting[rows] = state
+
+    def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:
+        """``rows_ended``: rows ``rows`` of ``num_rows`` training envs start from zeros."""
+        self.before_sample(num_rows)[rows] = 0.0
 
     def before_predict(self, rows: int) -> np.ndarray:
         """The same for ``predict``'s evaluation envs."""

@@ -9,7 +9,9 @@ farm.
   actors; PPO's rollouts are acted by the newest weights throughout.
 - Exactly once: actors killed every few seconds, and a policy server that fails mid-run, are
   replaced; every transition the learner received was observed once.
-- Bad configs fail at start-up naming the key and the fix.
+- Bad configs fail at start-up naming the key and the fix (an agent with per-env acting
+  state it cannot keep by row included: ES, R2D2; recurrent PPO and IMPALA are served,
+  tests/distributed/test_central_recurrent.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
 IMPALA = ROOT / "competitions" / "cartpole" / "impala.toml"
 ES = ROOT / "competitions" / "cartpole" / "es.toml"
+R2D2 = ROOT / "competitions" / "cartpole" / "r2d2.toml"
+MASKED_PPO = ROOT / "competitions" / "cartpole" / "masked_ppo.toml"
 
 
 # ------------------------------------------------------------------------------------------
@@ -268,7 +272,10 @@ def test_impala_on_two_actors_with_central_inference_solves_cartpole(tmp_path: P
 
 class ServerFault:
     """Makes the policy server's agent raise in the middle of a batch every ``every``
-    seconds: the server is replaced (a fresh agent) and its actors carry on."""
+    seconds, at its ``AFTER``-th batch from then (inside a rollout, not between two): the
+    server is replaced (a fresh agent) and its actors carry on."""
+
+    AFTER = 5
 
     def __init__(self, every: float) -> None:
         self.every = every
@@ -280,11 +287,20 @@ class ServerFault:
         if time.monotonic() < self.next:
             return
         agent = run.collector.server.agent
+        calls = [0]
 
-        def broken(obs: Any) -> Any:
-            raise RuntimeError("policy worker lost (injected)")
+        def failing(method: Any) -> Any:
+            def call(*args: Any) -> Any:
+                calls[0] += 1
+                if calls[0] >= self.AFTER:
+                    raise RuntimeError("policy worker lost (injected)")
+                return method(*args)
 
-        agent.sample = broken
+            return call
+
+        agent.sample = failing(agent.sample)
+        # (what the server calls for an agent with per-env state by row: recurrent ones)
+        agent.sample_rows = failing(agent.sample_rows)
         self.faults += 1
         self.next = time.monotonic() + self.every
 
@@ -350,12 +366,13 @@ def test_killed_actors_and_a_failed_server_lose_nothing(
         ),
         (["actors=2", "inference_wait_ms=-1"], (), r"run\.inference_wait_ms = -1.*0 serves"),
         (
-            ["actors=2", "algo.recurrent='lstm'"],
-            (),
-            r"cannot serve algorithm 'ppo'.*recurrent.*run\.inference = 'actor'",
+            ["actors=2"],
+            (R2D2,),
+            r"cannot serve algorithm 'r2d2'.*acting state per env.*Agent\.acts_by_rows.*"
+            r"run\.inference = 'actor'",
         ),
     ],
-    ids=["no-actors", "cluster", "es", "negative-wait", "recurrent"],
+    ids=["no-actors", "cluster", "es", "negative-wait", "r2d2"],
 )
 def test_central_inference_that_cannot_work_is_refused_at_start_up(
     tmp_path: Path, overrides: list[str], files: tuple[Path, ...], match: str
@@ -386,9 +403,10 @@ def _auto(files: list[Path], overrides: list[str]) -> tuple[bool, str]:
         ([], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
         ([], [f"actors={AUTO_MIN_ACTORS}", "cluster='tcp://127.0.0.1:1'"], False, "remote"),
         ([ES], [f"actors={AUTO_MIN_ACTORS}"], False, "cannot be batched"),
+        ([MASKED_PPO], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
         ([IMPALA], ["env='ALE/Pong-v5'", "actors=2"], False, "2 actors (<"),
     ],
-    ids=["few", "many", "cluster", "es", "cnn-few"],
+    ids=["few", "many", "cluster", "es", "recurrent-many", "cnn-few"],
 )
 def test_auto_picks_where_each_mode_measured_faster(
     files: list[Path], overrides: list[str], central: bool, why: str
