@@ -144,6 +144,44 @@ def check_algorithm(
         atol=1e-6,
     )
     _check_broadcast(agent, make(seed + 2), env_info, many, odd_batch, learned, rng, who)
+    if getattr(agent, "acts_by_rows", False):
+        _check_rows(make(seed + 3), make(seed + 3), env_info, rng, who)
+
+
+def _check_rows(
+    serial: Any, rows: Any, env_info: EnvInfo, rng: np.random.Generator, who: str
+) -> None:
+    """An agent that keeps its per-env acting state by row (``acts_by_rows``, central
+    inference's policy server) acts through ``sample_rows`` over all of its envs exactly as
+    ``sample`` does, its ``rows_ended`` resetting what ``episodes_ended`` resets. ``serial``
+    and ``rows`` are two fresh agents of one seed."""
+    n = env_info.num_envs
+    every = slice(0, n)
+    for t in range(4):
+        obs = _obs_batch(env_info, n, rng)
+        expected = serial.sample(obs)
+        actual = rows.sample_rows(obs, every, n)
+        _close(
+            who,
+            f"sample_rows over all rows (step {t}) against sample()",
+            actual[0],
+            expected[0],
+            rtol=1e-6,
+            atol=1e-6,
+        )
+        for key, value in expected[1].items():
+            _check(key in actual[1], who, f"sample_rows() gave no extra {key!r} (sample() does)")
+            _close(
+                who,
+                f"sample_rows()'s extra {key!r} (step {t})",
+                actual[1][key],
+                value,
+                rtol=1e-6,
+                atol=1e-6,
+            )
+        ended = np.arange(n) % 2 == t % 2  # (some envs' episodes end after each step)
+        serial.episodes_ended(ended)
+        rows.rows_ended(np.flatnonzero(ended), n)
 
 
 TRANSFER_PROBE = 64

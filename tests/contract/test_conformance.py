@@ -479,3 +479,17 @@ def test_importing_the_test_helpers_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["ppo", "impala"])
+def test_recurrent_on_policy_agents_conform_and_act_by_rows(
+    name: str, harness_backend: Any
+) -> None:
+    """Recurrent PPO and IMPALA keep their acting state by row for central inference
+    (``acts_by_rows``): check_algorithm holds ``sample_rows`` / ``rows_ended`` to ``sample`` /
+    ``episodes_ended`` on every backend."""
+    spec = first_party()[1].algorithms.get(name)
+    config = spec.config_cls(recurrent="lstm", rnn_hidden=16)
+    agent = spec.make_agent(case_info("discrete"), harness_backend, config, seed=0, total_steps=1)
+    assert agent.acts_by_rows  # (so the rows check below runs)
+    check_algorithm(spec, harness_backend, case_info("discrete"), config=config, steps=512)

@@ -385,3 +385,14 @@ def test_check_backend_fails_on_a_recurrent_layer_that_cannot_be_frozen() -> Non
         )
         with pytest.raises(AssertionError, match=r"frozen\(recurrent\('lstm', 3, 5\)\): "):
             check_backend(backend)
+
+
+# ------------------------------------------------------------------------------------------
+# 6. Per-env acting state kept by row (central inference) that an episode end does not reset
+
+
+def test_check_algorithm_fails_when_rows_ended_resets_nothing(torch_backend: Any) -> None:
+    spec = mutant("ppo", rows_ended=lambda agent, rows, num_rows: None)
+    config = spec.config_cls(recurrent="lstm", rnn_hidden=16)
+    with pytest.raises(AssertionError, match="sample_rows"):
+        check_algorithm(spec, torch_backend, DISCRETE, config=config, steps=512)
