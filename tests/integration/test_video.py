@@ -143,19 +143,23 @@ def test_a_family_without_the_mode_is_refused(registry: object) -> None:
         make_envs(config, registry, 1, seed=None, render_mode="depth")  # type: ignore[arg-type]
 
 
+def filmed(run: Path, *flags: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``harness eval RUN --video FLAGS`` as a user runs it (exit 0 asserted), and the line it
+    appended to ``evaluations.jsonl``."""
+    proc = subprocess.run(
+        [*CLI, "eval", str(run), "--video", *flags], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((run / "evaluations.jsonl").read_text().splitlines()[-1])
+    return proc, record
+
+
 def test_eval_video_writes_a_film_gif_filmstrip_and_record(cartpole_run: Path) -> None:
     import imageio.v3 as iio
     from PIL import Image
 
-    proc = subprocess.run(
-        [*CLI, "eval", str(cartpole_run), "--video", "--episodes", "2", "--seed", "7"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc, record = filmed(cartpole_run, "--episodes", "2", "--seed", "7")
     assert "mean return" in proc.stdout and "over 2 episodes" in proc.stdout
-    record = json.loads((cartpole_run / "evaluations.jsonl").read_text().splitlines()[-1])
     assert record["episodes"] == 2 and record["seed"] == 7 and record["env"] == "CartPole-v1"
     assert record["checkpoint"].startswith("checkpoints/step_")
     assert record["step"] == 1024 and record["protocol"] is None
@@ -182,14 +186,7 @@ def test_video_width_scales_the_film_down(cartpole_run: Path) -> None:
     scene is the same one (a white scene with the dark cart in the middle)."""
     import imageio.v3 as iio
 
-    proc = subprocess.run(
-        [*CLI, "eval", str(cartpole_run), "--video", "--episodes", "1", "--video-width", "300"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    record = json.loads((cartpole_run / "evaluations.jsonl").read_text().splitlines()[-1])
+    _, record = filmed(cartpole_run, "--episodes", "1", "--video-width", "300")
     frames = iio.imread(cartpole_run / record["video"])
     assert frames.shape[1:] == (216, 300, 3)  # (400 + 32) / 2, 600 / 2
     assert len(frames) == record["lengths"][0] + 1
