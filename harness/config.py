@@ -122,6 +122,12 @@ class RunConfig:
     every waiting actor, exchanged through shared memory: an embedded local farm, agents
     without per-env acting state), or 'auto' (central from 128 actors on, else per actor; the
     choice is logged). See docs/distributed.md."""
+    inference_device: str = "learner"
+    """Central inference: where the policy server's forward runs. 'learner' (default): on the
+    learner's backend device, i.e. the GPU where the learner has one ([backend] device =
+    'auto' or 'cuda'), in float32 (AMP off); 'cpu': on the CPU, as per-actor actors act.
+    Networks the backend runs through the framework (CNNs) move; MLP policies act through
+    numpy copies on the CPU either way (faster at these sizes). See docs/distributed.md."""
     inference_wait_ms: float = 0.0
     """Central inference: how long the policy server waits, once a request arrived, for more
     actors' requests before it runs the batch (0: it serves whoever is waiting at once).
@@ -343,6 +349,9 @@ def build_dataclass(
 INFERENCE_CHOICES: tuple[str, ...] = ("actor", "central", "auto")
 """Values of ``run.inference`` (see :class:`RunConfig`)."""
 
+INFERENCE_DEVICE_CHOICES: tuple[str, ...] = ("learner", "cpu")
+"""Values of ``run.inference_device`` (see :class:`RunConfig`)."""
+
 RUN_LOWER_BOUNDS: tuple[tuple[str, int, str], ...] = (
     ("total_steps", 1, "Give the env steps to train for, e.g. --steps 100000."),
     ("num_envs", 1, "Give the envs stepped together, e.g. --set run.num_envs=8."),
@@ -378,6 +387,14 @@ def check_run(run: RunConfig, where: Mapping[str, str]) -> None:
             f"choice.{did_you_mean(run.inference, INFERENCE_CHOICES)} Use 'actor' (each actor "
             "acts with its own copy of the policy), 'central' (one batched policy server for "
             "the farm) or 'auto'."
+        )
+    if run.inference_device not in INFERENCE_DEVICE_CHOICES:
+        raise ConfigError(
+            f"{where.get('inference_device', 'config')}: run.inference_device = "
+            f"{run.inference_device!r} is not a choice."
+            f"{did_you_mean(run.inference_device, INFERENCE_DEVICE_CHOICES)} Use 'learner' "
+            "(the policy server acts on the learner's device: its GPU where it has one) or "
+            "'cpu'; a GPU is chosen for the learner with [backend] device."
         )
     if run.stop_at_return is not None and run.stop_at_return != run.stop_at_return:
         raise ConfigError(

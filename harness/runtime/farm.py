@@ -81,6 +81,7 @@ __all__ = [
     "available_memory_mb",
     "check_actor_capacity",
     "preload_modules",
+    "server_config",
 ]
 # (the memory check moved to harness.runtime.build with the other checks made before a run
 # starts; its names stay importable from here)
@@ -102,6 +103,22 @@ def acting_config(config: Config) -> Config:
     if not changes:
         return config
     return replace(config, backend=replace(backend, **changes))
+
+
+def server_config(config: Config) -> Config:
+    """The run's config as the policy server of central inference uses it: with
+    ``run.inference_device = 'learner'`` the learner's backend device (a GPU where the learner
+    has one: one batched forward there instead of each actor's on the CPU) in float32 (AMP
+    off: the actions and behaviour log-probs of a plain forward); with ``'cpu'`` an actor's
+    (:func:`acting_config`)."""
+    if config.run.inference_device == "cpu":
+        return acting_config(config)
+    backend = config.backend
+    if not is_dataclass(backend) or isinstance(backend, type):
+        return config
+    if "amp" not in {f.name for f in fields(backend)}:
+        return config
+    return replace(config, backend=replace(backend, amp="off"))
 
 
 class RolloutActor:
@@ -282,14 +299,19 @@ class FarmCollector(Collector):
             len(self.slots),
             cfg.cluster or "an embedded local farm",
             cfg.num_envs,
-            "on a central policy server" if central else "per actor",
+            (
+                f"on a central policy server ({self.server.device})"
+                if self.server is not None
+                else "per actor"
+            ),
             why,
         )
 
     def _acting_agent(self, run: Run) -> Agent:
-        """The policy server's acting copy of the agent (on the CPU, as an actor's), sized for
-        every env of the farm; its exploration generator is the farm's own."""
-        config = acting_config(self.config)
+        """The policy server's acting copy of the agent (on the learner's device or the CPU:
+        :func:`server_config`), sized for every env of the farm; its exploration generator is
+        the farm's own."""
+        config = server_config(self.config)
         learner = run.agent.backend
         state = learner.rng_state()  # make_agent seeds the framework: keep the learner's draws
         agent = make_agent(config, run.registry, run.info)

@@ -341,6 +341,8 @@ class PolicyServer:
         self.wait_s = wait_s
         """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
         self.agent = make_agent()
+        self.device = str(getattr(self.agent.backend, "device", "cpu"))
+        """Where the acting agent's framework forward runs (``run.inference_device``)."""
         self.by_rows = self.agent.per_env_acting_state and self.agent.acts_by_rows
         """The agent keeps per-env acting state by row (``sample_rows``, ``rows_ended``)."""
         info = self.agent.env_info
@@ -430,6 +432,7 @@ class PolicyServer:
             "farm/inference_cpu": max(cpu, 0.0) / span,
             "farm/inference_cpu_us_per_row": 1e6 * max(cpu, 0.0) / max(self._rows, 1),
             "farm/inference_restarts": float(self.restarts),
+            "farm/inference_on_accelerator": float(self.device != "cpu"),
         }
         self._batches = self._rows = 0
         self._busy = 0.0

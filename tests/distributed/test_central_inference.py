@@ -387,6 +387,33 @@ def test_a_misspelled_inference_mode_names_the_choices(tmp_path: Path) -> None:
         run_farm(tmp_path, ["actors=2", "inference='centrl'"])
 
 
+def test_a_misspelled_inference_device_names_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"run\.inference_device = 'gpu'.*\[backend\] device"):
+        run_farm(tmp_path, ["actors=2", "inference='central'", "inference_device='gpu'"])
+    assert not list(tmp_path.iterdir())  # (refused before a run directory was made)
+
+
+def test_the_server_acts_on_the_learners_device_unless_told_cpu() -> None:
+    """The policy server's config: the learner's backend device in float32, or an actor's.
+    (On a GPU machine tests/gpu/test_cuda.py runs the server on CUDA.)"""
+    import dataclasses
+
+    from harness.config import Config, RunConfig
+    from harness.runtime.farm import server_config
+    from harness_torch.config import TorchConfig
+
+    learner = Config(
+        run=RunConfig(actors=2, inference="central"),
+        algo=None,
+        backend=TorchConfig(device="cuda", amp="bf16"),
+    )
+    on_learner = server_config(learner).backend
+    assert (on_learner.device, on_learner.amp) == ("cuda", "off")
+    cpu = dataclasses.replace(learner, run=RunConfig(inference="central", inference_device="cpu"))
+    on_cpu = server_config(cpu).backend
+    assert (on_cpu.device, on_cpu.amp) == ("cpu", "off")
+
+
 def _auto(files: list[Path], overrides: list[str]) -> tuple[bool, str]:
     registry = collect_registry(make_plugin_manager())
     config = resolve(layer(PACK, files, [*overrides, "inference='auto'"], environ={}), registry)

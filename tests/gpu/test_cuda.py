@@ -291,3 +291,13 @@ def test_cuda_learner_solves_cartpole(name: str, overrides: list[str], tmp_path:
     mean, last = _learn_cartpole(tmp_path, overrides)
     assert mean >= 475.0, f"{name}: fresh 20-episode mean {mean:.1f} < 475"
     assert float(last["gpu/torch_peak_mb"]) > 0, sorted(last)
+
+
+def test_central_inference_acts_on_the_learners_gpu(tmp_path: Path) -> None:
+    """run.inference = 'central' with a CUDA learner: the policy server's agent is on the GPU
+    (run.inference_device = 'learner', the default) and the farm still solves CartPole."""
+    mean, last = _learn_cartpole(
+        tmp_path, ["total_steps=150000", "actors=2", "inference='central'"]
+    )
+    assert float(last["farm/inference_on_accelerator"]) == 1.0, sorted(last)
+    assert mean >= 475.0, f"central inference on the GPU: fresh 20-episode mean {mean:.1f} < 475"
