@@ -170,7 +170,10 @@ def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     while the actors' run on every core, and a batch of ~5 rows saves little (IMPALA on Pong,
     2 actors x 4 envs: 38.4% against 28.2% of the plain envs with the float CNN, 44.0%
     against 33.0% with the int8 copy, the CPU per frame equal within 4%); DQN on 64 actors
-    was 94.1% per actor against 81.5% central."""
+    was 94.1% per actor against 81.5% central. An image policy with a learner on a GPU
+    (``run.inference_device = 'learner'``) goes central whatever the count: the CNN's batched
+    forward then runs on the GPU instead of on every actor's CPU (SEED RL's design; not yet
+    measured here, tools/gpu_check.sh does where a GPU is lent)."""
     run = config.run
     if run.inference == "actor":
         return False, "run.inference = 'actor'"
@@ -181,6 +184,13 @@ def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     reason = central_refusal(agent)
     if reason is not None:
         return False, f"auto: the agent cannot be batched centrally ({reason})"
+    device = str(getattr(agent.backend, "device", "cpu"))
+    image = len(agent.env_info.observation.shape) >= 2
+    if run.inference_device == "learner" and device != "cpu" and image:
+        return True, (
+            f"auto: an image policy and a learner on {device}: the farm's forward batched there "
+            "(actors would run the CNN on the CPU)"
+        )
     if run.actors >= AUTO_MIN_ACTORS:
         return True, f"auto: {run.actors} actors (>= {AUTO_MIN_ACTORS}) share one batched policy"
     return False, (

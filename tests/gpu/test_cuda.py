@@ -301,3 +301,24 @@ def test_central_inference_acts_on_the_learners_gpu(tmp_path: Path) -> None:
     )
     assert float(last["farm/inference_on_accelerator"]) == 1.0, sorted(last)
     assert mean >= 475.0, f"central inference on the GPU: fresh 20-episode mean {mean:.1f} < 475"
+
+
+def test_auto_serves_an_image_policy_from_the_learners_gpu() -> None:
+    """run.inference = 'auto' with a CUDA learner and Pong's image observations goes central
+    even with 2 actors (on the CPU it stays per actor: tests/distributed)."""
+    from harness.config import layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+    from harness.runtime import env_info, make_agent, make_envs
+    from harness.runtime.inference import choose_central
+
+    root = Path(__file__).resolve().parents[2]
+    pack = root / "competitions" / "cartpole" / "pack.toml"
+    impala = root / "competitions" / "cartpole" / "impala.toml"
+    registry = collect_registry(make_plugin_manager())
+    overrides = ["env='ALE/Pong-v5'", "actors=2", "inference='auto'", "backend.device='cuda'"]
+    config = resolve(layer(pack, [impala], overrides, environ={}), registry)
+    envs = make_envs(config, registry, 1, seed=None)
+    info = env_info(config.run.env, envs)
+    envs.close()
+    central, why = choose_central(config, make_agent(config, registry, info))
+    assert central and "learner on cuda" in why, why
