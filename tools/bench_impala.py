@@ -61,6 +61,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench_farm import cpu_seconds  # (a sibling in tools/: the script's folder is on sys.path)
+
 from harness import hookimpl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,23 +218,6 @@ class Probe:
         return tuple(  # type: ignore[return-value]
             1e6 * (b - a) / steps for a, b in zip(self.cpu0, self.cpu1, strict=True)
         )
-
-
-def cpu_seconds(pids: list[int]) -> tuple[float, float]:
-    """(this process's CPU seconds, summed CPU seconds of ``pids``): user + system."""
-    import psutil
-
-    def total(proc: Any) -> float:
-        t = proc.cpu_times()
-        return float(t.user + t.system)
-
-    actors = 0.0
-    for pid in pids:
-        try:
-            actors += total(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    return total(psutil.Process()), actors
 
 
 def farm(args: argparse.Namespace, inference: str = "actor") -> tuple[float, Probe]:
