@@ -14,6 +14,7 @@ with tiny step budgets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -117,16 +118,31 @@ n_warmup_steps = 0
     assert again["algo"]["learning_rate"] == study.best_params["algo.learning_rate"]
 
 
+def _has_study(db: Path) -> bool:
+    """Whether ``db`` holds a study yet, read without creating or locking anything."""
+    import sqlite3
+
+    if not db.exists():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            return bool(con.execute("SELECT COUNT(*) FROM studies").fetchone()[0])
+    except sqlite3.Error:  # tables not made yet
+        return False
+
+
 def _wait_mid_trial(proc: subprocess.Popen[bytes], tmp_path: Path, deadline_s: float) -> int:
     """Poll the storage until one trial finished and another has reported at least once
     (it is mid-training); returns that trial's number."""
     deadline = time.monotonic() + deadline_s
+    db = tmp_path / "studies" / "cartpole" / "study.db"
     while time.monotonic() < deadline:
-        assert proc.poll() is None, "harness tune ended before it could be killed"
-        try:
-            trials = load(tmp_path).get_trials()
-        except Exception:  # the study is not created yet
-            trials = []
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"harness tune ended before it could be killed:\n{err[-2000:]}")
+        # only once harness tune has made the study: opening a storage creates its tables,
+        # and this poll must not race the run's own creation of them
+        trials = load(tmp_path).get_trials() if _has_study(db) else []
         running = [t for t in trials if t.state == TrialState.RUNNING and t.intermediate_values]
         if running and any(t.state in FINISHED for t in trials):
             return int(running[0].number)
@@ -339,3 +355,25 @@ def test_journal_storage_and_the_other_pruners(tmp_path: Path, pruner: str) -> N
     assert sum(t.state in FINISHED for t in study.get_trials()) == 3
     assert journal.stat().st_size > 0
     assert not (tmp_path / "studies" / "cartpole" / "study.db").exists()  # no SQLite made
+
+
+def _open_storage_in_a_process(url: str) -> str:
+    from harness_optuna.storage import open_storage
+
+    try:
+        open_storage(url)
+    except HarnessError as exc:
+        return str(exc)
+    return "ok"
+
+
+def test_processes_opening_one_new_storage_at_once_all_succeed(tmp_path: Path) -> None:
+    """Two processes creating the same fresh SQLite study database race on its CREATE TABLEs
+    (11 failures in 20 tries before open_storage tried again); every one must open it."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        for k in range(8):
+            url = f"sqlite:///{tmp_path / f'race-{k}.db'}"
+            results = pool.map(_open_storage_in_a_process, [url] * 3)
+            assert results == ["ok"] * 3, results
