@@ -45,6 +45,7 @@ __all__ = [
     "RemoteClass",
     "RemoteError",
     "SupportsCompletions",
+    "SupportsRemoteInference",
     "SupportsReportMetrics",
     "completions",
     "connect",
@@ -192,6 +193,25 @@ class SupportsReportMetrics(Protocol):
         """Replace the shown metrics (short names to numbers, e.g. ``steps_per_s``,
         ``policy_lag``, ``inbox``) with ``metrics``; called about once per iteration, so it
         must not block on the network."""
+        ...
+
+
+@runtime_checkable
+class SupportsRemoteInference(Protocol):
+    """An optional :class:`Client` capability: central inference (``run.inference =
+    "central"``) for actors on other hosts. The farm's policy server exchanges observations
+    and actions with local actors through shared memory (``link``: a
+    ``harness.runtime.inference.InferenceLink`` of ``offsets``, ``extras``, ``by_rows`` and a
+    directory on this host); the transport relays remote actors' requests into it. Check with
+    ``isinstance(client, SupportsRemoteInference)``."""
+
+    def serve_inference(self, link: Any) -> Any:
+        """Start relaying for ``link``; returns an object with ``link`` (picklable, sent to
+        the actors: its ``attach(index)`` gives actor ``index`` the stand-in for the agent
+        that :class:`~harness.runtime.inference.CentralActing` is locally: ``begin_rollout``,
+        ``sample``, ``episodes_ended``, ``oldest_version``, ``close``), ``stats()`` (metrics
+        to log), ``check()`` (raises the error that stopped it for good, if one did) and
+        ``close()``."""
         ...
 
 

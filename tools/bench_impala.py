@@ -45,19 +45,23 @@ the plain envs.
     .venv/bin/python tools/bench_impala.py --envs-per-actor 32 --int8
     .venv/bin/python tools/bench_impala.py --policy-cost
     .venv/bin/python tools/bench_impala.py --inference central --seconds 5 --warmup 2  # smoke
+    .venv/bin/python tools/bench_impala.py --inference central,central+cluster,actor+cluster
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import platform
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +162,39 @@ def reference(args: argparse.Namespace, act: bool) -> tuple[float, float]:
     return float(total) / seconds, 1e6 * sum(cpu for _, cpu in results) / max(total, 1)
 
 
+CLUSTER = "+cluster"
+"""An ``--inference`` mode's suffix: the farm's actors are placed by a ``harness cluster``
+on loopback (started for the run, stopped after) instead of an embedded local farm; with
+central inference they then reach the policy server over ZeroMQ (harness_zmq.inference)."""
+
+
 def inference_overrides(mode: str) -> list[str]:
     """Config overrides of an ``--inference`` mode: ``actor``, ``central``, ``auto``, or
     ``central@MS`` (central with ``run.inference_wait_ms = MS``: the server waits up to MS
-    milliseconds for more actors' requests before each batch)."""
-    name, _, wait = mode.partition("@")
+    milliseconds for more actors' requests before each batch), each optionally with
+    ``+cluster`` (:data:`CLUSTER`)."""
+    name, _, wait = mode.removesuffix(CLUSTER).partition("@")
     return [f"inference='{name}'", f"inference_wait_ms={float(wait or 0)}"]
+
+
+@contextlib.contextmanager
+def loopback_cluster(cpus: int) -> Iterator[str]:
+    """A ``harness cluster`` on 127.0.0.1 with a local worker of ``cpus``; its address."""
+    state = tempfile.mkdtemp(prefix="bench_impala_cluster_")
+    env = dict(os.environ, HARNESS_STATE_DIR=state)
+    harness = [sys.executable, "-m", "harness.cli", "cluster"]
+    started = subprocess.run(
+        [*harness, "start", "--port", "0", "--cpus", str(cpus)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    found = re.search(r"cluster started at (\S+)", started.stdout)
+    if started.returncode != 0 or not found:
+        sys.exit(f"could not start a loopback cluster: {started.stderr.strip()}")
+    try:
+        yield found.group(1)
+    finally:
+        subprocess.run([*harness, "stop", found.group(1)], env=env, timeout=60, check=False)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 class Probe:
@@ -233,14 +264,18 @@ def farm(args: argparse.Namespace, inference: str = "actor") -> tuple[float, Pro
         f"max_seconds={args.seconds * 10 + 300}",
         *inference_overrides(inference),
     ]
-    config, registry = build_config(args, out, overrides)
     pm = make_plugin_manager()
     probe = Probe(args.warmup, args.seconds, args.learner == "skip")
     pm.register(probe, name="bench-probe")
-    try:
-        train(config, registry, pm)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        if inference.endswith(CLUSTER):
+            address = stack.enter_context(loopback_cluster(args.actors))
+            overrides.append(f"cluster='{address}'")
+        config, registry = build_config(args, out, overrides)
+        try:
+            train(config, registry, pm)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
     if probe.t0 is None or probe.t_end is None:
         sys.exit("the run ended before the measuring window closed")
     return (probe.step_end - probe.step0) / (probe.t_end - probe.t0), probe
@@ -361,7 +396,8 @@ def main(argv: list[str] | None = None) -> None:
         "--inference",
         default="actor,central",
         help="comma-separated run.inference modes of the farm (central@MS: central with "
-        "run.inference_wait_ms = MS), each measured in turn",
+        "run.inference_wait_ms = MS; MODE+cluster: the actors placed by a loopback harness "
+        "cluster, central then over ZeroMQ), each measured in turn",
     )
     p.add_argument(
         "--policy-cost",

@@ -46,13 +46,14 @@ import numpy as np
 from harness.api import Agent, Transition, tree_map
 from harness.config import Config
 from harness.cpus import cpu_share
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.remote import (
     ActorLost,
     ActorOptions,
     Client,
     RemoteClass,
+    SupportsRemoteInference,
     SupportsReportMetrics,
     completions,
 )
@@ -64,7 +65,7 @@ from harness.runtime.build import (
     make_envs,
 )
 from harness.runtime.collectors import Collector
-from harness.runtime.inference import CentralActing, InferenceLink, PolicyServer, choose_central
+from harness.runtime.inference import InferenceLink, PolicyServer, choose_central
 from harness.runtime.spaces import env_info
 from harness.runtime.stepper import STEP_FIELDS, EnvStepper, Episode, configure_envs
 
@@ -131,12 +132,13 @@ class RolloutActor:
         index: int,
         num_envs: int,
         seed: int,
-        link: InferenceLink | None = None,
+        link: Any = None,
     ) -> None:
         registry = collect_registry(make_plugin_manager())
         config = acting_config(config)
         self.envs = make_envs(config, registry, num_envs, seed=None)
-        self.central = CentralActing(link, index) if link is not None else None
+        # the policy server's stand-in (shared memory here, the transport's for remote actors)
+        self.central = link.attach(index) if link is not None else None
         self.agent: Agent | None = None
         if self.central is None:
             self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
@@ -281,6 +283,10 @@ class FarmCollector(Collector):
         self.stream = not run.agent.on_policy and run.agent.independent_transitions
         self._arrivals = completions(self.client)  # stream mode: rollouts as they finish
         self.server: PolicyServer | None = None
+        self.relay: Any = None
+        """With central inference for remote actors: the transport's relay into the server."""
+        self._link: Any = None
+        """What every actor is given to attach to the policy server (None: acts itself)."""
         central, why = choose_central(run.config, run.agent)
         try:
             if central:
@@ -289,6 +295,10 @@ class FarmCollector(Collector):
                     [s.num_envs for s in self.slots],
                     wait_s=cfg.inference_wait_ms / 1000,
                 )
+                self._link = self.server.link
+                if cfg.cluster:
+                    self.relay = self._relay(self.server.link)
+                    self._link = self.relay.link
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
                 list(pool.map(self._start, self.slots))
         except BaseException:
@@ -300,12 +310,25 @@ class FarmCollector(Collector):
             cfg.cluster or "an embedded local farm",
             cfg.num_envs,
             (
-                f"on a central policy server ({self.server.device})"
+                f"on a central policy server ({self.server.device}"
+                + (f", remote actors through {self.relay.link.endpoint}" if self.relay else "")
+                + ")"
                 if self.server is not None
                 else "per actor"
             ),
             why,
         )
+
+    def _relay(self, link: InferenceLink) -> Any:
+        """The transport's relay of remote actors' requests into the server's arrays."""
+        if not isinstance(self.client, SupportsRemoteInference):
+            raise ConfigError(
+                f"run.inference = 'central' with remote actors (run.cluster) needs a transport "
+                f"that relays their observations to the policy server, and run.transport = "
+                f"{self.config.run.transport!r} does not. Use run.transport = 'zmq', or "
+                "run.inference = 'actor'."
+            )
+        return self.client.serve_inference(link)
 
     def _acting_agent(self, run: Run) -> Agent:
         """The policy server's acting copy of the agent (on the learner's device or the CPU:
@@ -322,9 +345,8 @@ class FarmCollector(Collector):
     # -- actors --------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
         seed = slot.seed + 1_000_003 * slot.restarts
-        link = self.server.link if self.server is not None else None
         slot.proxy = self.actor_cls(
-            self.config, slot.index, slot.num_envs, seed, link, _client=self.client
+            self.config, slot.index, slot.num_envs, seed, self._link, _client=self.client
         )
         slot.sent_version = -1  # the first rollout request carries the weights
 
@@ -391,6 +413,8 @@ class FarmCollector(Collector):
     def _check_server(self) -> None:
         if self.server is not None:
             self.server.check()
+        if self.relay is not None:
+            self.relay.check()
 
     def _received(self, slot: _Slot, chunk: dict[str, Any]) -> None:
         self.lags.append(self.version - int(chunk["version"]))
@@ -518,6 +542,8 @@ class FarmCollector(Collector):
         }
         if self.server is not None:
             metrics.update(self.server.stats())
+        if self.relay is not None:
+            metrics.update(self.relay.stats())
         self.lags.clear()
         self._stepping = self._between = 0.0
         self._stepped = 0
@@ -555,6 +581,8 @@ class FarmCollector(Collector):
 
     def close(self) -> None:
         self._arrivals.close()
+        if self.relay is not None:  # (its socket lives in the client's context)
+            self.relay.close()
         try:
             self.client.close()
         except Exception:  # closing must not hide the error that ended the run

@@ -1,4 +1,4 @@
-"""Central (batched) inference for an embedded local farm: ``run.inference = "central"``.
+"""Central (batched) inference for the farm: ``run.inference = "central"``.
 
 Per-actor acting (``"actor"``, the default) runs a copy of the policy in every actor, one
 small batch (that actor's envs) at a time. With central inference the actors only step their
@@ -13,7 +13,9 @@ RL's central inference, as an option of the same farm::
     ...                                                 (policy server thread)    extras]
     actor i <-- its rows of actions/extras, woken by one byte on its reply FIFO ---------+
 
-How the parts talk (all on this host):
+How the parts talk (all on this host; actors on other hosts reach the same arrays through
+their transport's relay, :class:`harness.remote.SupportsRemoteInference`: the ZeroMQ one
+writes their requests into their rows exactly as a local actor does):
 
 - **Shared memory**: one ``.npy`` memory map per array in a private directory (``/dev/shm``
   where there is one): ``obs`` ``(num_envs, *obs_shape)``, ``actions``, one per extra,
@@ -138,13 +140,6 @@ def check_inference_config(config: Config) -> None:
             f"= {run.actors}: the envs step in this process, which acts with one batch already. "
             "Set run.actors (e.g. --actors 2), or leave run.inference = 'actor'."
         )
-    if run.cluster:
-        raise ConfigError(
-            f"run.inference = 'central' serves actors on this machine through shared memory; "
-            f"remote actors (run.cluster = {run.cluster!r}) cannot reach it (central inference "
-            "over ZeroMQ frames is not supported yet). Use run.inference = 'actor' with a "
-            "cluster, or leave run.cluster empty for an embedded local farm."
-        )
 
 
 def check_inference_agent(config: Config, agent: Agent) -> None:
@@ -180,7 +175,10 @@ def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     if run.inference == "central":
         return True, "run.inference = 'central'"
     if run.cluster:
-        return False, "auto: remote actors (run.cluster) act with their own copies"
+        return False, (
+            "auto: remote actors (run.cluster) act with their own copies (central over the "
+            "network costs a round trip per vector step; set run.inference = 'central' to have it)"
+        )
     reason = central_refusal(agent)
     if reason is not None:
         return False, f"auto: the agent cannot be batched centrally ({reason})"
@@ -215,6 +213,12 @@ class InferenceLink:
     """The names of ``sample``'s extras, in the order of their files ``extra-J.npy``."""
     by_rows: bool = False
     """The server keeps per-env acting state by row: actors report their episode ends."""
+
+    def attach(self, index: int) -> CentralActing:
+        """Actor ``index``'s stand-in for the agent (in the actor's process; a remote actor's
+        link, from the transport's :meth:`~harness.remote.SupportsRemoteInference.serve_inference`,
+        attaches over the network instead)."""
+        return CentralActing(self, index)
 
 
 class _Arrays:
@@ -270,7 +274,7 @@ class CentralActing:
     waits for its answer. Per-env acting state lives on the server: this side reports its
     episode ends and, by existing, that its envs are fresh (module docstring)."""
 
-    def __init__(self, link: InferenceLink, index: int) -> None:
+    def __init__(self, link: InferenceLink, index: int, blocking: bool = True) -> None:
         self.index = index
         self.rows = slice(link.offsets[index], link.offsets[index + 1])
         self.arrays = _Arrays(link)
@@ -280,7 +284,7 @@ class CentralActing:
         with contextlib.suppress(BlockingIOError):  # wake-ups meant for a predecessor
             while os.read(self._reply, 4096):
                 pass
-        os.set_blocking(self._reply, True)
+        os.set_blocking(self._reply, blocking)
         self._record = np.int32(index).tobytes()
         # continue the slot's sequence: a predecessor's open request is never ours
         self.seq = int(self.arrays.control[index, REQUEST])
@@ -306,6 +310,23 @@ class CentralActing:
         # after the observations: the server reads them after this
         a.control[self.index, REQUEST] = self.seq
         os.write(self._requests, self._record)
+
+    def fileno(self) -> int:
+        """The reply FIFO: readable when the server answered (or a stale wake-up came)."""
+        return self._reply
+
+    def poll(self) -> tuple[np.ndarray, dict[str, np.ndarray], int] | None:
+        """Without blocking: the answer to the last :meth:`submit` as views of the shared
+        arrays (valid until the next submit) and the weights version that gave it, or None
+        while it is open. For a relay serving remote actors (it waits on :meth:`fileno`)."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._reply, 4096)
+        a = self.arrays
+        control = a.control[self.index]
+        if control[ANSWERED] != self.seq:
+            return None
+        extras = {name: value[self.rows] for name, value in a.extras.items()}
+        return a.actions[self.rows], extras, int(control[VERSION])
 
     def receive(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The answer to the last :meth:`submit` (blocks until the server gave it)."""

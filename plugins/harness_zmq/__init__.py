@@ -13,6 +13,8 @@ One module per job:
   process and its serving loop), ``process`` (the process plumbing those three share).
 - ``master`` (socket, loop, message handlers) on ``tables`` (peers, jobs, placement, status);
   ``worker``: a worker host; ``monitor``: the web monitor, its page in ``monitor.html``.
+- ``inference``: the relay of central inference for a cluster's actors (raw frames into the
+  learner's policy server).
 - ``cli``: ``harness cluster ...``, with ``clusters`` (this host's state files) and
   ``control`` (asking a master for its status or to stop); ``plugin``: the registration.
 """

@@ -89,6 +89,7 @@ def actor_main(
         os.environ[name] = str(threads)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in request["gpus"])
     os.environ["HARNESS_ACTOR_ID"] = request["actor_id"]
+    os.environ["HARNESS_ZMQ_KEYS"] = request["keys"] or ""  # (harness_zmq.inference.KEYS_VARIABLE)
     if request.get("nice"):
         with contextlib.suppress(OSError):
             os.nice(int(request["nice"]))

@@ -143,6 +143,14 @@ class ZmqClient:
         """``harness.remote.completions`` for this client's futures (see ZmqCompletions)."""
         return ZmqCompletions()
 
+    def serve_inference(self, link: Any) -> Any:
+        """``harness.remote.SupportsRemoteInference``: a relay of remote actors' requests
+        into the policy server of ``link`` (:mod:`harness_zmq.inference`; a cluster only:
+        a local farm's actors use the shared arrays directly)."""
+        from harness_zmq.inference import ZmqRelay
+
+        return ZmqRelay(self, link)
+
     # -- actors --------------------------------------------------------------------------
     def create_actor(
         self,

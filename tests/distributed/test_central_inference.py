@@ -355,11 +355,6 @@ def test_killed_actors_and_a_failed_server_lose_nothing(
     [
         (["actors=0"], (), r"run\.inference = 'central'.*run\.actors = 0.*--actors 2"),
         (
-            ["actors=2", "cluster='tcp://127.0.0.1:1'"],
-            (),
-            r"remote actors.*not supported yet.*run\.inference = 'actor'",
-        ),
-        (
             ["actors=2"],
             (ES,),
             r"cannot serve algorithm 'es'.*acting state per env.*run\.inference = 'actor'",
@@ -372,13 +367,46 @@ def test_killed_actors_and_a_failed_server_lose_nothing(
             r"run\.inference = 'actor'",
         ),
     ],
-    ids=["no-actors", "cluster", "es", "negative-wait", "r2d2"],
+    ids=["no-actors", "es", "negative-wait", "r2d2"],
 )
 def test_central_inference_that_cannot_work_is_refused_at_start_up(
     tmp_path: Path, overrides: list[str], files: tuple[Path, ...], match: str
 ) -> None:
     with pytest.raises(ConfigError, match=match):
         run_farm(tmp_path, [*overrides, "inference='central'"], files=files)
+    assert not any(tmp_path.iterdir()), "a refused start left a run directory behind"
+
+
+class _NoRelayClient:
+    """A transport's client that places actors but relays no inference (as a third-party
+    transport may be): a real local ZeroMQ farm without ``serve_inference``."""
+
+    def __init__(self) -> None:
+        from harness_zmq.client import connect
+
+        self.inner = connect(None)
+
+    def create_actor(self, *args: Any) -> Any:
+        return self.inner.create_actor(*args)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _NoRelayTransport:
+    @hookimpl
+    def harness_register_transports(self) -> list[Any]:
+        from harness.registry import TransportSpec
+
+        return [TransportSpec("norelay", lambda address=None, **options: _NoRelayClient())]
+
+
+def test_remote_actors_on_a_transport_without_a_relay_are_refused(tmp_path: Path) -> None:
+    """Remote actors act centrally through the transport's relay (the ZeroMQ one:
+    tests/distributed/test_central_remote.py); a transport without one is named."""
+    overrides = ["actors=2", "transport='norelay'", "cluster='tcp://127.0.0.1:1'"]
+    with pytest.raises(ConfigError, match=r"run\.transport = 'norelay'.*run\.inference = 'actor'"):
+        run_farm(tmp_path, [*overrides, "inference='central'"], plugins=(_NoRelayTransport(),))
     assert not any(tmp_path.iterdir()), "a refused start left a run directory behind"
 
 

@@ -9,6 +9,7 @@ The namespaces are unique per run and deleted even on failure; every process is 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -249,45 +250,52 @@ def test_actors_on_a_worker_in_another_network_namespace(
         assert "no answer from a harness master" in result["keyless"]
         assert status["master"]["malformed"] == 0
 
-        # a short training run whose actors live on the other "host", over CURVE
-        train = _run(
-            _in(
-                ns_a,
-                sys.executable,
-                "-m",
-                "harness.cli",
-                "run",
-                str(ROOT / "competitions" / "cartpole"),
-                "--steps",
-                "4096",
-                "--out",
-                str(tmp_path / "runs"),
-                "--no-progress",
-                "--set",
-                "run.actors=2",
-                "--set",
-                f"run.cluster='{address}'",
-                "--set",
-                f"run.cluster_keys='{keys}'",
-                "--set",
-                "run.eval_every=0",
-                "--set",
-                "run.eval_episodes=2",
-                "--set",
-                "run.trackers=['csv']",
-            ),
-            env,
-            timeout=180,
-        )
-        assert train.returncode == 0, train.stderr[-3000:]
-        (summary_file,) = (tmp_path / "runs").glob("*/summary.json")
-        summary = json.loads(summary_file.read_text())
-        assert summary["steps"] >= 4096
-        (metrics_file,) = (tmp_path / "runs").glob("*/metrics.csv")
-        header, *rows = metrics_file.read_text().splitlines()
-        received = header.split(",").index("farm/received_steps")
-        values = [r.split(",")[received] for r in rows if r.split(",")[received]]
-        assert values and float(values[-1]) > 0, "no farm metrics in metrics.csv"
+        # short training runs whose actors live on the other "host", over CURVE: acting
+        # with their own policies, then through the learner's policy server (the relay binds
+        # on 10.213.0.1, so it takes CURVE connections only)
+        for inference in ("actor", "central"):
+            out = tmp_path / f"runs-{inference}"
+            train = _run(
+                _in(
+                    ns_a,
+                    sys.executable,
+                    "-m",
+                    "harness.cli",
+                    "run",
+                    str(ROOT / "competitions" / "cartpole"),
+                    "--steps",
+                    "4096",
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                    "--set",
+                    "run.actors=2",
+                    "--set",
+                    f"run.cluster='{address}'",
+                    "--set",
+                    f"run.cluster_keys='{keys}'",
+                    "--set",
+                    f"run.inference='{inference}'",
+                    "--set",
+                    "run.eval_every=0",
+                    "--set",
+                    "run.eval_episodes=2",
+                    "--set",
+                    "run.trackers=['csv']",
+                ),
+                env,
+                timeout=180,
+            )
+            assert train.returncode == 0, train.stderr[-3000:]
+            (summary_file,) = out.glob("*/summary.json")
+            summary = json.loads(summary_file.read_text())
+            assert summary["steps"] >= 4096
+            (metrics_file,) = out.glob("*/metrics.csv")
+            with metrics_file.open() as f:
+                farm = [r for r in csv.DictReader(f) if r.get("farm/received_steps")]
+            assert farm and float(farm[-1]["farm/received_steps"]) > 0, "no farm metrics"
+            if inference == "central":  # the actors in B acted through the relay in A
+                assert float(farm[-1]["farm/inference_remote_requests"]) > 0, farm[-1]
 
         stopped = _run(_harness(ns_a, "stop", address), env)
         assert stopped.returncode == 0, stopped.stderr
