@@ -66,7 +66,12 @@ class RunConfig:
     eval_episodes: int = 20
     """Episodes per evaluation; 0 turns evaluation off (also the final one)."""
     stop_at_return: float | None = None
-    """Stop early once an evaluation's mean return reaches this value."""
+    """Stop early once an evaluation's mean return reaches this value and a confirming one
+    on other episodes (other env seeds, ``eval/confirm_mean_return``) does too."""
+    keep_best: bool = False
+    """Also keep the checkpoint of the best periodic evaluation so far in ``RUN_DIR/best``
+    (``harness eval RUN_DIR/best`` evaluates it): the policy the run's own evaluations
+    selected, where the last one may have degraded since (DQN-family runs often do)."""
     checkpoint_every: int = 25_000
     """Env steps between checkpoints (one is always written at the end); 0: only that one."""
     trackers: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])

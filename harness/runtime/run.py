@@ -180,6 +180,8 @@ def _loop(run: Run, collector: Collector) -> bool:
             metrics["eval/mean_return"] = result.mean
             next_eval = run.step + cfg.eval_every
             stop = cfg.stop_at_return is not None and result.mean >= cfg.stop_at_return
+            if stop:
+                stop = _confirmed(run, metrics)
         run.pm.hook.harness_iteration_end(run=run, metrics=metrics)
         if stop:
             log.info("eval mean %.1f reached stop_at_return at step %d", run.best_eval, run.step)
@@ -217,6 +219,28 @@ def _diverged(run: Run, what: str) -> DivergedError:
     )
 
 
+def _confirmed(run: Run, metrics: dict[str, float]) -> bool:
+    """An evaluation reached ``run.stop_at_return``: whether a second one, on other episodes
+    (other env seeds), does too. The first evaluation to pass is the luckiest of many (its
+    mean is biased upwards), so one alone stopped runs at policies that scored well below the
+    threshold on fresh episodes (DQN on CartPole: 467.9 after an evaluation of >= 475)."""
+    cfg = run.config.run
+    seed = 20_000_000 + cfg.seed + run.step
+    again = evaluate(run.agent, run.config, run.registry, cfg.eval_episodes, seed=seed)
+    metrics["eval/confirm_mean_return"] = again.mean
+    run.router.record(run.step, {"eval/confirm_mean_return": again.mean})
+    assert cfg.stop_at_return is not None
+    if again.mean >= cfg.stop_at_return:
+        return True
+    log.info(
+        "eval mean reached stop_at_return at step %d but a confirming evaluation gave %.1f; "
+        "training goes on",
+        run.step,
+        again.mean,
+    )
+    return False
+
+
 def _evaluate_and_record(run: Run) -> EvalResult:
     cfg = run.config.run
     if cfg.eval_episodes <= 0:
@@ -225,6 +249,8 @@ def _evaluate_and_record(run: Run) -> EvalResult:
         run.agent, run.config, run.registry, cfg.eval_episodes, seed=10_000 + cfg.seed + run.step
     )
     run.eval_history.append((run.step, result.mean))
+    if cfg.keep_best and result.mean > run.best_eval:
+        _checkpoint(run, best=True)
     run.best_eval = max(run.best_eval, result.mean)
     row = {"eval/mean_return": result.mean, "eval/std_return": result.std}
     row.update({f"eval/{name}": mean for name, mean in result.metric_means().items()})
@@ -294,7 +320,9 @@ def evaluate(
 # Checkpoints
 
 
-def _checkpoint(run: Run) -> Path:
+def _checkpoint(run: Run, best: bool = False) -> Path:
+    """A checkpoint of the run now: in ``checkpoints/`` (the newest few, what ``--resume``
+    takes), or with ``best`` the one checkpoint in ``best/checkpoints/`` (``run.keep_best``)."""
     weights = run.agent.weights()
     bad = [k for k, v in weights.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
     if bad:  # never write a checkpoint to go back to that cannot be used
@@ -312,6 +340,8 @@ def _checkpoint(run: Run) -> Path:
         "harness": __version__,
         "config": run.config.to_dict(),
     }
+    if best:
+        return save_checkpoint(run.run_dir / "best" / "checkpoints", run.step, meta, write, keep=1)
     path = save_checkpoint(run.run_dir / "checkpoints", run.step, meta, write)
     run.pm.hook.harness_checkpoint(run=run, path=path)
     return path

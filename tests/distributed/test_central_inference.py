@@ -468,3 +468,23 @@ def test_auto_picks_where_each_mode_measured_faster(
 ) -> None:
     got, reason = _auto(files, overrides)
     assert (got, why in reason) == (central, True), reason
+
+
+@pytest.mark.parametrize("backend", ["torch", "paddle"])
+def test_a_gpu_asked_for_where_there_is_none_is_refused_at_start_up(
+    tmp_path: Path, backend: str
+) -> None:
+    """The policy server acts on the learner's device: a CUDA device this machine lacks is
+    refused before anything starts, naming the key and the fix."""
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available():
+            pytest.skip("torch sees a CUDA device here")
+    else:
+        paddle = pytest.importorskip("paddle")
+        if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+            pytest.skip("paddle sees a CUDA device here")
+    overrides = [f"backend='{backend}'", "backend.device='cuda'", "actors=2"]
+    with pytest.raises(ConfigError, match=r"\[backend\] device = 'cuda'.*'auto' or 'cpu'"):
+        run_farm(tmp_path, [*overrides, "inference='central'"])
+    assert not any(tmp_path.iterdir()), "a refused start left a run directory behind"

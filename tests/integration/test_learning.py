@@ -1,9 +1,13 @@
 """Learning checks (correctness tests): on CartPole-v1, PPO within 100k env steps and DQN within
-150k reach a mean greedy return >= 475 over 20 evaluation episodes. The run stops at the first
-periodic evaluation above the threshold; the test then re-evaluates the final checkpoint on 20
-fresh episodes (other seeds) through `harness eval`'s code path, so a lucky evaluation does not
-pass. Each runs on every installed backend (torch, paddle). CI runs seed 1 of each; the other
-seeds are marked slow."""
+150k are solved: a mean greedy return >= 475 over 100 consecutive episodes (gymnasium's
+reward_threshold for CartPole-v1 is defined over 100). The run stops at the first periodic
+evaluation (20 episodes) above the threshold that a confirming one (20 more) also passes; the
+test then re-evaluates the final checkpoint on 100 fresh episodes (other seeds) through `harness
+eval`'s code path, so a lucky evaluation does not pass. 20 fresh episodes were too few: a DQN
+policy that fails from ~3% of the start states scored 500 and 500 in its two evaluations, 490.9
+over 100 fresh episodes and 467.9 over one set of 20 (seed 1 on an Intel Xeon; the same seed
+passed on an AMD EPYC, whose float kernels gave another trajectory). Each runs on every
+installed backend (torch, paddle). CI runs seed 1 of each; the other seeds are marked slow."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
 DQN = ROOT / "competitions" / "cartpole" / "dqn.toml"
 THRESHOLD = 475.0
+FRESH_EPISODES = 100
 
 
 def train_and_reevaluate(
@@ -40,8 +45,8 @@ def train_and_reevaluate(
     result = train(config, registry, pm)
     assert result.steps <= budget + config.run.num_envs * 512
     agent = load_agent(config, registry, latest_checkpoint(result.run_dir))
-    fresh = evaluate(agent, config, registry, 20, seed=777_000 + seed)
-    assert len(fresh.returns) == 20
+    fresh = evaluate(agent, config, registry, FRESH_EPISODES, seed=777_000 + seed)
+    assert len(fresh.returns) == FRESH_EPISODES
     return fresh.mean
 
 
@@ -50,7 +55,7 @@ def train_and_reevaluate(
 )
 def test_ppo_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
     mean = train_and_reevaluate([], 100_000, seed, tmp_path, harness_backend_name)
-    assert mean >= THRESHOLD, f"PPO seed {seed}: fresh 20-episode mean {mean:.1f} < {THRESHOLD}"
+    assert mean >= THRESHOLD, f"PPO seed {seed}: fresh 100-episode mean {mean:.1f} < {THRESHOLD}"
 
 
 @pytest.mark.parametrize(
@@ -58,4 +63,4 @@ def test_ppo_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Pat
 )
 def test_dqn_solves_cartpole(seed: int, harness_backend_name: str, tmp_path: Path) -> None:
     mean = train_and_reevaluate([DQN], 150_000, seed, tmp_path, harness_backend_name)
-    assert mean >= THRESHOLD, f"DQN seed {seed}: fresh 20-episode mean {mean:.1f} < {THRESHOLD}"
+    assert mean >= THRESHOLD, f"DQN seed {seed}: fresh 100-episode mean {mean:.1f} < {THRESHOLD}"

@@ -140,3 +140,64 @@ def test_cli_resume_continues_the_run(tmp_path: Path) -> None:
     assert steps == sorted(steps) and steps[-1] >= 8192 and steps[0] <= 1024
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
     assert list((run_dir / "tensorboard").iterdir())
+
+
+def _evals(run_dir: Path) -> list[tuple[float, float, str]]:
+    with open(run_dir / "metrics.csv") as fh:
+        return [
+            (
+                float(r["step"]),
+                float(r["eval/mean_return"] or "nan"),
+                r.get("eval/confirm_mean_return", ""),
+            )
+            for r in csv.DictReader(fh)
+            if r.get("eval/mean_return") or r.get("eval/confirm_mean_return")
+        ]
+
+
+def test_keep_best_keeps_the_checkpoint_of_the_best_evaluation(tmp_path: Path) -> None:
+    """``run.keep_best``: RUN_DIR/best holds one checkpoint, of the step whose periodic
+    evaluation was the best so far, and ``harness eval RUN_DIR/best`` evaluates it."""
+    from harness.checkpoint import read_meta
+
+    overrides = ["name=b", "keep_best=true", "eval_every=2048", "eval_episodes=3"]
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(PACK), "--steps", "12288"]
+    cmd += ["--out", str(tmp_path), "--no-progress", "--set", "trackers=['csv']"]
+    for text in overrides:
+        cmd += ["--set", text]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = tmp_path / "b"
+    evals = [(step, mean) for step, mean, _ in _evals(run_dir) if mean == mean]
+    best_step, _ = max(evals, key=lambda e: (e[1], -e[0]))  # the first of the best
+    assert len({m for _, m in evals}) > 1, f"every evaluation scored the same: {evals}"
+    (kept,) = (run_dir / "best" / "checkpoints").glob("step_*")
+    assert latest_checkpoint(run_dir / "best") == kept
+    assert int(kept.name.split("_")[1]) == best_step, (kept.name, evals)
+    assert read_meta(kept)["algo"] == "ppo"
+    again = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "eval", str(run_dir / "best"), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_stop_at_return_stops_only_when_a_confirming_evaluation_agrees(tmp_path: Path) -> None:
+    """A first evaluation at or above ``run.stop_at_return`` is confirmed on other episodes
+    (``eval/confirm_mean_return``) before the run stops."""
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(PACK), "--steps", "12288"]
+    cmd += ["--out", str(tmp_path), "--no-progress", "--set", "trackers=['csv']"]
+    cmd += ["--set", "eval_every=2048", "--set", "eval_episodes=3"]
+    stop_at = subprocess.run(
+        [*cmd, "--set", "name=low", "--set", "stop_at_return=1.0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert stop_at.returncode == 0, stop_at.stderr[-2000:]
+    evals = _evals(tmp_path / "low")
+    # every evaluation reaches 1.0: the first is confirmed and the run ends there
+    assert [c for _, _, c in evals if c] and float(evals[-1][2]) >= 1.0, evals
+    assert json.loads((tmp_path / "low" / "summary.json").read_text())["steps"] < 12288
