@@ -36,6 +36,7 @@ import logging
 import os
 import secrets
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -59,8 +60,8 @@ log = logging.getLogger(__name__)
 __all__ = ["KEYS_VARIABLE", "RemoteActing", "RemoteLink", "ZmqRelay", "relay_host"]
 
 MAGIC = 0x48_49_4E_46_00_01  # "HINF" and the format version (1)
-HEADER = np.dtype("<i8")
-HEADER_BYTES = 4 * HEADER.itemsize
+HEADER = struct.Struct("<4q")
+HEADER_BYTES = HEADER.size
 KEYS_VARIABLE = "HARNESS_ZMQ_KEYS"
 """The actor process's CURVE key directory (set by :mod:`harness_zmq.actor`; empty: none)."""
 REPLY_TIMEOUT_S = 600.0
@@ -73,7 +74,7 @@ RETIRED_KEPT = 8
 
 
 def _header(*values: int) -> bytes:
-    return np.array([*values, 0, 0, 0][:4], HEADER).tobytes()
+    return HEADER.pack(*values, *(0,) * (4 - len(values)))
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class RemoteActing:
         link = self.link
         if len(frames) != 2 + len(link.extras) or len(frames[0].bytes) != HEADER_BYTES:
             return None
-        magic, seq, version, _ = np.frombuffer(frames[0].bytes, HEADER)
+        magic, seq, version, _ = HEADER.unpack(frames[0].bytes)
         if magic != MAGIC or seq != self.seq:
             return None  # (a stale answer: never ours)
         if self.oldest_version < 0 or version < self.oldest_version:
@@ -242,6 +243,7 @@ class ZmqRelay:
         finally:
             probe.close()
         self.obs, self.actions = obs, actions
+        self._obs_row_bytes = obs.row_bytes()
         self.malformed = 0
         self.requests = 0
         self.restarts = 0
@@ -318,22 +320,25 @@ class ZmqRelay:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self._wakeup.fd, zmq.POLLIN)
         fds: dict[int, int] = {}  # reply FIFO -> slot
+        watched: dict[int, int] = {}  # slot -> its reply FIFO
         for index, slot in enumerate(self.slots):  # (a restarted loop: the slots it serves)
             if slot.acting is not None:
-                fds[slot.acting.fileno()] = index
+                fds[slot.acting.fileno()], watched[index] = index, slot.acting.fileno()
                 poller.register(slot.acting.fileno(), zmq.POLLIN)
                 self._reply(index)  # an answer that came while no loop was looking
         while not self._stop:
             for target, _ in poller.poll(1000):
                 if target is self.sock:
                     for index, acting in self._requests():
-                        old = next((fd for fd, i in fds.items() if i == index), None)
-                        if old is not None and old != acting.fileno():
+                        fd = acting.fileno()
+                        old = watched.get(index)
+                        if old == fd:
+                            continue
+                        if old is not None:  # (a new incarnation: another FIFO descriptor)
                             poller.unregister(old)
                             del fds[old]
-                        if acting.fileno() not in fds:
-                            fds[acting.fileno()] = index
-                            poller.register(acting.fileno(), zmq.POLLIN)
+                        fds[fd], watched[index] = index, fd
+                        poller.register(fd, zmq.POLLIN)
                 elif target == self._wakeup.fd:
                     self._wakeup.drain()
                 elif isinstance(target, int) and target in fds:
@@ -363,13 +368,13 @@ class ZmqRelay:
         identity, head, obs, ended = frames
         if len(head.bytes) != HEADER_BYTES:
             raise ValueError(f"a header of {len(head.bytes)} bytes")
-        magic, index, incarnation, seq = (int(v) for v in np.frombuffer(head.bytes, HEADER))
+        magic, index, incarnation, seq = HEADER.unpack(head.bytes)
         if magic != MAGIC:
             raise ValueError("not a request of this format version")
         if not 0 <= index < len(self.slots):
             raise IndexError(f"slot {index} of {len(self.slots)}")
         rows = int(self.offsets[index + 1] - self.offsets[index])
-        if len(obs.buffer) != rows * self.obs.row_bytes() or len(ended.buffer) != rows:
+        if len(obs.buffer) != rows * self._obs_row_bytes or len(ended.buffer) != rows:
             raise ValueError(f"frames of the wrong size for slot {index} ({rows} envs)")
         slot = self.slots[index]
         if incarnation != slot.incarnation:
