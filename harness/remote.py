@@ -208,7 +208,7 @@ class SupportsRemoteInference(Protocol):
     def serve_inference(self, link: Any) -> Any:
         """Start relaying for ``link``; returns an object with ``link`` (picklable, sent to
         the actors: its ``attach(index)`` gives actor ``index`` the stand-in for the agent
-        that :class:`~harness.runtime.inference.CentralActing` is locally: ``begin_rollout``,
+        that ``harness.runtime.inference.CentralActing`` is locally: ``begin_rollout``,
         ``sample``, ``episodes_ended``, ``oldest_version``, ``close``), ``stats()`` (metrics
         to log), ``check()`` (raises the error that stopped it for good, if one did) and
         ``close()``."""

@@ -19,13 +19,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from test_farm import Killer, run_farm  # same directory: pytest puts it on sys.path
+from test_farm import Killer, Periodic, run_farm  # same directory: pytest puts it on sys.path
 
 from harness import hookimpl
 from harness.config import find_pack_file, layer, resolve
@@ -59,6 +58,23 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return np.asarray(z - np.log(np.exp(z).sum(-1, keepdims=True)))
 
 
+def assert_acts_as(learner: Any, actors: list[Any], steps: int, rows: tuple[slice, ...]) -> None:
+    """Actor ``i`` (a stand-in for the policy server) answers ``rows[i]`` of each of ``steps``
+    random observation batches with exactly what ``learner.sample`` gives for them, drawing
+    from the generator the server's agent was given (``default_rng(5)``), in the same order."""
+    learner.rng = np.random.default_rng(5)  # the reference draws from the same stream
+    width = max(r.stop for r in rows)
+    data = np.random.default_rng(0).standard_normal((steps, width, 4)).astype(np.float32)
+    for obs in data:
+        for actor, part in zip(actors, rows, strict=True):
+            got_actions, got_extras = actor.sample(obs[part])
+            want_actions, want_extras = learner.sample(obs[part])
+            np.testing.assert_array_equal(got_actions, want_actions)
+            assert sorted(got_extras) == sorted(want_extras)
+            for key, value in want_extras.items():
+                np.testing.assert_allclose(got_extras[key], value, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("algo", ["ppo", "impala"])
 def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name: str) -> None:
     files = [IMPALA] if algo == "impala" else []
@@ -82,17 +98,8 @@ def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name:
     try:
         server.publish(7, learner.weights(), 1234)
         actors = [CentralActing(server.link, i) for i in range(2)]
-        learner.rng = np.random.default_rng(5)  # the reference draws from the same stream
-        data = np.random.default_rng(0).standard_normal((6, 8, 4)).astype(np.float32)
         # one actor at a time: each batch is that actor's rows, in the reference's order
-        for obs in data:
-            for actor, rows in zip(actors, (slice(0, 3), slice(3, 8)), strict=True):
-                got_actions, got_extras = actor.sample(obs[rows])
-                want_actions, want_extras = learner.sample(obs[rows])
-                np.testing.assert_array_equal(got_actions, want_actions)
-                assert sorted(got_extras) == sorted(want_extras)
-                for key, value in want_extras.items():
-                    np.testing.assert_allclose(got_extras[key], value, rtol=1e-6, atol=1e-7)
+        assert_acts_as(learner, actors, steps=6, rows=(slice(0, 3), slice(3, 8)))
         assert [a.oldest_version for a in actors] == [7, 7]
         assert server.agent.env_steps == 1234 + 6 * 8  # schedules follow the learner's count
 
@@ -270,22 +277,18 @@ def test_impala_on_two_actors_with_central_inference_solves_cartpole(tmp_path: P
 # faults
 
 
-class ServerFault:
+class ServerFault(Periodic):
     """Makes the policy server's agent raise in the middle of a batch every ``every``
     seconds, at its ``AFTER``-th batch from then (inside a rollout, not between two): the
     server is replaced (a fresh agent) and its actors carry on."""
 
     AFTER = 5
 
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.next = time.monotonic() + every
-        self.faults = 0
+    @property
+    def faults(self) -> int:
+        return self.count
 
-    @hookimpl
-    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
-        if time.monotonic() < self.next:
-            return
+    def strike(self, run: Any) -> None:
         agent = run.collector.server.agent
         calls = [0]
 
@@ -301,8 +304,6 @@ class ServerFault:
         agent.sample = failing(agent.sample)
         # (what the server calls for an agent with per-env state by row: recurrent ones)
         agent.sample_rows = failing(agent.sample_rows)
-        self.faults += 1
-        self.next = time.monotonic() + self.every
 
 
 @pytest.mark.parametrize(

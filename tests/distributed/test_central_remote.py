@@ -16,20 +16,17 @@ ZeroMQ relay of :mod:`harness_zmq.inference` in the learner process.
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import zmq
-from test_central_inference import PACK, ServerFault  # same directory: on sys.path
+from test_central_inference import PACK, ServerFault, assert_acts_as  # same directory
 from test_cluster import Cluster, cluster, env  # noqa: F401 - fixtures
-from test_farm import Killer, run_farm
+from test_farm import Killer, Periodic, run_farm
 
 import harness
-from harness import hookimpl
 from harness.config import layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.runtime import env_info, make_agent, make_envs
@@ -70,16 +67,7 @@ def test_the_relay_answers_what_the_agent_samples_and_drops_what_is_malformed(
         assert relay.link.endpoint.startswith("tcp://127.0.0.1:")
         server.publish(3, learner.weights(), 0)
         actors = [relay.link.attach(i) for i in range(2)]
-        learner.rng = np.random.default_rng(5)  # the reference draws from the same stream
-        data = np.random.default_rng(0).standard_normal((5, 8, 4)).astype(np.float32)
-        for obs in data:
-            for actor, rows in zip(actors, (slice(0, 3), slice(3, 8)), strict=True):
-                got_actions, got_extras = actor.sample(obs[rows])
-                want_actions, want_extras = learner.sample(obs[rows])
-                np.testing.assert_array_equal(got_actions, want_actions)
-                assert sorted(got_extras) == sorted(want_extras)
-                for key, value in want_extras.items():
-                    np.testing.assert_allclose(got_extras[key], value, rtol=1e-6, atol=1e-7)
+        assert_acts_as(learner, actors, steps=5, rows=(slice(0, 3), slice(3, 8)))
         assert [a.oldest_version for a in actors] == [3, 3]
 
         # what a peer that is not a remote actor of this run may send: never an answer
@@ -101,14 +89,14 @@ def test_the_relay_answers_what_the_agent_samples_and_drops_what_is_malformed(
         assert relay.stats()["farm/inference_malformed"] == len(bad)
         assert not raw.poll(300), "a malformed request was answered"
         # the actors go on being served after all that
-        got, _ = actors[0].sample(data[0][:3])
+        got, _ = actors[0].sample(obs3 + 0.5)
         assert got.shape == (3,)
 
         # a replaced actor (a new incarnation) takes the slot; its predecessor's late
         # requests are dropped without an answer
         old = actors[0]
         actors[0] = relay.link.attach(0)
-        actors[0].sample(data[1][:3])
+        actors[0].sample(obs3 - 0.5)
         raw.send_multipart([_header(MAGIC, 0, old.incarnation, 99), obs3.tobytes(), bytes(3)])
         assert not raw.poll(300), "a retired actor's request was answered"
         assert relay.stats()["farm/inference_malformed"] == len(bad)
@@ -137,19 +125,15 @@ def test_ppo_on_two_cluster_actors_acting_through_the_relay_solves_cartpole(
     assert farm[-1]["farm/inference_malformed"] == 0.0
 
 
-class RelayFault:
+class RelayFault(Periodic):
     """Makes the relay's loop fail at its next answer every ``every`` seconds: it starts
     again with the state of its slots (open requests included)."""
 
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.next = time.monotonic() + every
-        self.faults = 0
+    @property
+    def faults(self) -> int:
+        return self.count
 
-    @hookimpl
-    def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
-        if time.monotonic() < self.next:
-            return
+    def strike(self, run: Any) -> None:
         relay = run.collector.relay
         reply = relay._reply
 
@@ -158,8 +142,6 @@ class RelayFault:
             raise RuntimeError("relay loop lost (injected)")
 
         relay._reply = failing_once
-        self.faults += 1
-        self.next = time.monotonic() + self.every
 
 
 def test_remote_actors_killed_while_the_server_and_the_relay_fail_lose_nothing(

@@ -110,22 +110,37 @@ def test_dqn_streamed_from_actors_solves_cartpole(tmp_path: Path) -> None:
     assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps
 
 
-class Killer:
-    """Kills one actor (SIGKILL, by the pid the actor reports) every ``every`` seconds."""
+class Periodic:
+    """A plugin that strikes a run (:meth:`strike`) every ``every`` seconds, at the end of an
+    iteration; ``count`` strikes so far."""
 
     def __init__(self, every: float) -> None:
         self.every = every
         self.next = time.monotonic() + every
-        self.kills = 0
+        self.count = 0
 
     @hookimpl
     def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
         if time.monotonic() < self.next:
             return
-        slot = run.collector.slots[self.kills % len(run.collector.slots)]
-        os.kill(slot.proxy.pid(), signal.SIGKILL)
-        self.kills += 1
+        self.strike(run)
+        self.count += 1
         self.next = time.monotonic() + self.every
+
+    def strike(self, run: Any) -> None:
+        raise NotImplementedError
+
+
+class Killer(Periodic):
+    """Kills one actor (SIGKILL, by the pid the actor reports) every ``every`` seconds."""
+
+    @property
+    def kills(self) -> int:
+        return self.count
+
+    def strike(self, run: Any) -> None:
+        slot = run.collector.slots[self.count % len(run.collector.slots)]
+        os.kill(slot.proxy.pid(), signal.SIGKILL)
 
 
 @pytest.mark.parametrize(
