@@ -214,11 +214,11 @@ class InferenceLink:
     by_rows: bool = False
     """The server keeps per-env acting state by row: actors report their episode ends."""
 
-    def attach(self, index: int) -> CentralActing:
+    def attach(self, index: int, blocking: bool = True) -> CentralActing:
         """Actor ``index``'s stand-in for the agent (in the actor's process; a remote actor's
         link, from the transport's :meth:`~harness.remote.SupportsRemoteInference.serve_inference`,
         attaches over the network instead)."""
-        return CentralActing(self, index)
+        return CentralActing(self, index, blocking)
 
 
 class _Arrays:

@@ -20,7 +20,7 @@ learner process with a ROUTER socket::
   :mod:`harness_zmq.security`). Remote actors connect with the client keys of their worker
   (``HARNESS_ZMQ_KEYS``, set by the actor process).
 - **Exactly once, per actor.** Each remote actor draws a random incarnation at start; the
-  relay keeps one :class:`~harness.runtime.inference.CentralActing` per slot and incarnation,
+  relay keeps one local stand-in (``link.attach(index)``) per slot and incarnation,
   so a replaced actor continues its slot's sequence (a dead predecessor's open request is
   answered into nothing) and the server resets the slot's per-env state at the new actor's
   first request, exactly as for local actors. Requests of a retired incarnation are dropped.
@@ -47,12 +47,10 @@ import numpy as np
 import zmq
 
 from harness.errors import HarnessError
-from harness.runtime.inference import CentralActing
 from harness_zmq.security import Guard, host_of, is_loopback, load_keys
 from harness_zmq.wakeup import WakePipe
 
 if TYPE_CHECKING:
-    from harness.runtime.inference import InferenceLink
     from harness_zmq.client import ZmqClient
 
 log = logging.getLogger(__name__)
@@ -217,7 +215,7 @@ class _Slot:
     """The relay's state of one actor slot."""
 
     def __init__(self) -> None:
-        self.acting: CentralActing | None = None
+        self.acting: Any = None
         self.incarnation = -1
         self.retired: deque[int] = deque(maxlen=RETIRED_KEPT)
         self.identity: bytes | None = None
@@ -229,13 +227,13 @@ class _Slot:
 class ZmqRelay:
     """Remote actors' requests into the policy server's shared arrays (module docstring)."""
 
-    def __init__(self, client: ZmqClient, link: InferenceLink) -> None:
+    def __init__(self, client: ZmqClient, link: Any) -> None:
         if client.address is None:
             raise HarnessError("a local farm's actors reach the policy server directly")
         self.local = link
         self.offsets = np.asarray(link.offsets, np.int64)
         self.slots = [_Slot() for _ in range(len(link.offsets) - 1)]
-        probe = CentralActing(link, 0, blocking=False)  # (only to read the arrays' layouts)
+        probe = link.attach(0, blocking=False)  # (only to read the arrays' layouts)
         try:
             arrays = probe.arrays
             obs, actions = _Array.of(arrays.obs), _Array.of(arrays.actions)
@@ -344,9 +342,9 @@ class ZmqRelay:
                 elif isinstance(target, int) and target in fds:
                     self._reply(fds[target])
 
-    def _requests(self) -> list[tuple[int, CentralActing]]:
+    def _requests(self) -> list[tuple[int, Any]]:
         """Take every waiting request into the shared arrays; the slots they opened."""
-        opened: list[tuple[int, CentralActing]] = []
+        opened: list[tuple[int, Any]] = []
         while True:
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -362,7 +360,7 @@ class ZmqRelay:
             if acting is not None:
                 opened.append((index, acting))
 
-    def _request(self, frames: list[Any]) -> tuple[int, CentralActing | None]:
+    def _request(self, frames: list[Any]) -> tuple[int, Any]:
         if len(frames) != 4:
             raise ValueError(f"{len(frames) - 1} frames, not 3")
         identity, head, obs, ended = frames
@@ -384,7 +382,7 @@ class ZmqRelay:
                 slot.retired.append(slot.incarnation)
                 slot.acting.close()
             # a new actor in the slot: continues its sequence; fresh envs from its request
-            slot.acting = CentralActing(self.local, index, blocking=False)
+            slot.acting = self.local.attach(index, blocking=False)
             slot.incarnation = incarnation
             slot.identity = None  # (the predecessor's open request is answered into nothing)
         acting = slot.acting
