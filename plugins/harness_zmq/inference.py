@@ -240,7 +240,7 @@ class ZmqRelay:
             extras = tuple((name, _Array.of(arrays.extras[name])) for name in link.extras)
         finally:
             probe.close()
-        self.obs, self.actions = obs, actions
+        self.obs = obs
         self._obs_row_bytes = obs.row_bytes()
         self.malformed = 0
         self.requests = 0
