@@ -31,6 +31,7 @@ import numpy as np
 from harness.api import Backend, EnvInfo
 from harness.errors import ConfigError
 from harness_algos.moments import check_normalization
+from harness_algos.noise import check_noise_correlation
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
 from harness_algos.recurrent import check_recurrent, starts_through_next, with_next
 
@@ -99,6 +100,11 @@ class IMPALAConfig:
     'shallow' (the IMPALA paper's 2-layer trunk, 256 features, ~3x less compute)."""
     log_std_init: float = 0.0
     """Initial log standard deviation for box actions."""
+    noise_correlation: float = 0.0
+    """Box actions: how much each env's exploration noise keeps from one step to the next,
+    rho in [0, 1) of an AR(1) process whose every step is still N(0, 1), so the log-probs are
+    the policy's (harness_algos.noise); 0: white noise. 0.9 keeps a perturbation about 10
+    steps, for fast control rates such as MyoSuite's 100 Hz (README, Algorithms)."""
     recurrent: str = "none"
     """'lstm' or 'gru': a recurrent layer of rnn_hidden units between the (flat) observation
     and the actor and critic heads (hidden), for partially observed tasks; 'none':
@@ -110,6 +116,7 @@ class IMPALAConfig:
 
     def __post_init__(self) -> None:
         check_recurrent(self.recurrent, self.rnn_hidden)
+        check_noise_correlation(self.noise_correlation)
         check_normalization(self.clip_obs, self.clip_reward)
         if self.rollout_len < 1 or self.epochs < 1:
             raise ValueError("rollout_len and epochs must be >= 1")
@@ -311,6 +318,7 @@ class IMPALAAgent(RolloutAgent):
             seed=seed,
             total_steps=total_steps,
             obs_dtype=np.dtype(info.observation.dtype),
+            noise_correlation=config.noise_correlation,
         )
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:

@@ -12,9 +12,10 @@ and a state-value function; outside the loss they do the same things, written on
 * Acting runs on a numpy copy of the acting model (``backend.inference``), taken again after
   every weight change (:meth:`~ActorCritic.refresh_policy`): sampling issues no framework
   operation, whose overhead dominates small networks. Categorical actions are drawn by
-  Gumbel-max, Gaussian ones as mean + std * noise; without an ``rng`` they are greedy. The
-  greedy policy is also described as data (:meth:`RolloutAgent.policy_program`, made of the
-  numpy copy's own layers) for ``harness export``.
+  Gumbel-max, Gaussian ones as mean + std * noise (white, or correlated over each env's
+  steps with ``noise_correlation``: :mod:`harness_algos.noise`); without an ``rng`` they are
+  greedy. The greedy policy is also described as data (:meth:`RolloutAgent.policy_program`,
+  made of the numpy copy's own layers) for ``harness export``.
 * :class:`RolloutAgent`: the rollout buffer; Gaussian actions clipped to the box on their way
   to the env (the buffer keeps the unclipped action, whose log-probability the loss takes);
   the truncation bootstrap (``reward += gamma * V(final obs)`` where a time limit, not the MDP,
@@ -40,6 +41,7 @@ from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError, IncompatibleError
 from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize, layers_of
 from harness_algos.moments import EPS, Normalization, RunningMoments
+from harness_algos.noise import CorrelatedNoise
 from harness_algos.recurrent import (
     AgentMemory,
     RecurrentPolicy,
@@ -216,10 +218,12 @@ class ActorCritic(Algorithm):
         return np.asarray(out + np.exp(self._log_std) * noise)
 
     def sample_with_log_probs(
-        self, out: np.ndarray, rng: np.random.Generator | None
+        self, out: np.ndarray, rng: np.random.Generator | None, noise: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`sample_actions`, with the actions' log-probabilities (an empty array for
-        greedy actions)."""
+        greedy actions). Box actions: ``noise`` is the standard-normal noise to act with
+        (``algo.noise_correlation``'s, :mod:`harness_algos.noise`), drawn from ``rng`` when
+        None."""
         if self.discrete:
             logp = out - out.max(-1, keepdims=True)
             logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -230,7 +234,8 @@ class ActorCritic(Algorithm):
         if rng is None:
             return out, np.empty(0)
         std = np.exp(self._log_std)
-        noise = rng.standard_normal(out.shape).astype(np.float32)
+        if noise is None:
+            noise = rng.standard_normal(out.shape).astype(np.float32)
         actions = out + std * noise
         logp = (-0.5 * noise**2 - self._log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
         return actions, logp.astype(np.float32)
@@ -326,6 +331,7 @@ class RolloutAgent(Agent):
         seed: int,
         total_steps: int,
         obs_dtype: npt.DTypeLike = np.float32,
+        noise_correlation: float = 0.0,
     ) -> None:
         super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.rollout_len = rollout_len
@@ -365,6 +371,16 @@ class RolloutAgent(Agent):
             else None
         )
         """A recurrent network's states (harness_algos.recurrent); None for a feed-forward one."""
+        self.noise: CorrelatedNoise | None = None
+        """With ``noise_correlation`` > 0: each env's exploration noise (harness_algos.noise)."""
+        if noise_correlation > 0:
+            if self.discrete:
+                raise ConfigError(
+                    f"algo.noise_correlation = {noise_correlation} correlates the Gaussian "
+                    f"noise of box actions over time, but {info.env_id} has discrete actions: "
+                    "set algo.noise_correlation = 0."
+                )
+            self.noise = CorrelatedNoise(noise_correlation, algorithm.act_dim, info.num_envs)
 
     @abc.abstractmethod
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
@@ -410,7 +426,8 @@ class RolloutAgent(Agent):
         policy, the state the step started from. Values are left out: ``learn_rollout`` scores
         the whole rollout in one batched pass (A2C and PG act their own way)."""
         outs, extras = self.acting_outputs(obs)
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        noise = None if self.noise is None else self.noise.draw(self.rng, len(obs))
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng, noise)
         extras.update(log_prob=log_probs, action=actions)
         return self.to_env(actions), extras
 
@@ -421,7 +438,8 @@ class RolloutAgent(Agent):
         a farm, :attr:`acts_by_rows`): the same actions, log-probabilities and ``rnn_state``
         as an actor's own copy stepping those envs gives."""
         outs, extras = self.acting_outputs(obs, (rows, num_rows))
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng)
+        noise = None if self.noise is None else self.noise.draw_rows(self.rng, rows, num_rows)
+        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng, noise)
         extras.update(log_prob=log_probs, action=actions)
         return self.to_env(actions), extras
 
@@ -455,19 +473,24 @@ class RolloutAgent(Agent):
 
     @property
     def per_env_acting_state(self) -> bool:
-        return self.memory is not None  # (a recurrent policy's state per env)
+        # a recurrent policy's state, correlated noise's last draw: per env
+        return self.memory is not None or self.noise is not None
 
     @property
     def acts_by_rows(self) -> bool:
-        return self.memory is not None  # (the states are rows of one array: any rows served)
+        return self.per_env_acting_state  # (rows of arrays: any rows served)
 
     def episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:
             self.memory.ended(mask)
+        if self.noise is not None:
+            self.noise.ended(mask)
 
     def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:
         if self.memory is not None:
             self.memory.rows_ended(rows, num_rows)
+        if self.noise is not None:
+            self.noise.rows_ended(rows, num_rows)
 
     def predict_episodes_ended(self, mask: np.ndarray) -> None:
         if self.memory is not None:
@@ -550,15 +573,19 @@ class RolloutAgent(Agent):
         return metrics
 
     def data_state(self) -> dict[str, np.ndarray]:
-        """A recurrent network's acting states (a checkpoint restores the agent exactly; a
-        resumed run then starts fresh episodes, whose states the runner resets)."""
-        if self.memory is None:
-            return {}
-        return {"acting/rnn_state": self.memory.acting}
+        """A recurrent network's acting states and correlated noise's last draws (a
+        checkpoint restores the agent exactly; a resumed run then starts fresh episodes, whose
+        states the runner resets)."""
+        state = {} if self.noise is None else self.noise.state()
+        if self.memory is not None:
+            state["acting/rnn_state"] = self.memory.acting
+        return state
 
     def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
         if self.memory is not None and "acting/rnn_state" in state:
             self.memory.acting = np.array(state["acting/rnn_state"], np.float32)
+        if self.noise is not None:
+            self.noise.load_state(dict(state))
 
     def extra_state(self) -> dict[str, Any]:
         state = super().extra_state()

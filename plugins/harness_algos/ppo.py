@@ -12,6 +12,7 @@ import numpy as np
 from harness.api import Backend, EnvInfo
 from harness.data import RolloutBatch
 from harness_algos.moments import check_normalization
+from harness_algos.noise import check_noise_correlation
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
 from harness_algos.recurrent import SequenceBatch, check_recurrent, sequence_minibatches
 
@@ -68,6 +69,11 @@ class PPOConfig:
     """Hidden activation: tanh, relu or elu."""
     log_std_init: float = 0.0
     """Initial log standard deviation for box actions."""
+    noise_correlation: float = 0.0
+    """Box actions: how much each env's exploration noise keeps from one step to the next,
+    rho in [0, 1) of an AR(1) process whose every step is still N(0, 1), so the log-probs are
+    the policy's (harness_algos.noise); 0: white noise. 0.9 keeps a perturbation about 10
+    steps, for fast control rates such as MyoSuite's 100 Hz (README, Algorithms)."""
     recurrent: str = "none"
     """'lstm' or 'gru': a recurrent layer of rnn_hidden units between the observation and
     the actor and critic heads (hidden), for partially observed tasks; 'none': feed-forward.
@@ -80,6 +86,7 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_recurrent(self.recurrent, self.rnn_hidden)
+        check_noise_correlation(self.noise_correlation)
         check_normalization(self.clip_obs, self.clip_reward)
         if self.n_steps < 1 or self.batch_size < 1 or self.n_epochs < 1:
             raise ValueError("n_steps, batch_size and n_epochs must be >= 1")
@@ -202,7 +209,13 @@ class PPOAgent(RolloutAgent):
         self, algorithm: PPO, info: EnvInfo, config: PPOConfig, *, seed: int, total_steps: int
     ) -> None:
         super().__init__(
-            algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
+            algorithm,
+            info,
+            config,
+            config.n_steps,
+            seed=seed,
+            total_steps=total_steps,
+            noise_correlation=config.noise_correlation,
         )
 
     def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:

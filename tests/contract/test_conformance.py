@@ -493,3 +493,16 @@ def test_recurrent_on_policy_agents_conform_and_act_by_rows(
     agent = spec.make_agent(case_info("discrete"), harness_backend, config, seed=0, total_steps=1)
     assert agent.acts_by_rows  # (so the rows check below runs)
     check_algorithm(spec, harness_backend, case_info("discrete"), config=config, steps=512)
+
+
+@pytest.mark.parametrize("name", ["ppo", "impala"])
+def test_correlated_noise_agents_conform_and_act_by_rows(name: str, harness_backend: Any) -> None:
+    """``algo.noise_correlation`` makes each env's exploration noise per-env acting state:
+    check_algorithm holds it to save/restore (the noise is checkpointed) and ``sample_rows`` /
+    ``rows_ended`` to ``sample`` / ``episodes_ended``, so a policy server acts as an actor's
+    own copy would."""
+    spec = first_party()[1].algorithms.get(name)
+    config = spec.config_cls(noise_correlation=0.9)
+    agent = spec.make_agent(case_info("box"), harness_backend, config, seed=0, total_steps=1)
+    assert agent.per_env_acting_state and agent.acts_by_rows  # (so the rows check runs)
+    check_algorithm(spec, harness_backend, case_info("box"), config=config, steps=512)

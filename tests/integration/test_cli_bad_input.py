@@ -61,6 +61,12 @@ def assert_refused(proc: subprocess.CompletedProcess[str], out: Path, *needles: 
         (["--set", "run.progress_every_s=-1.0"], ["run.progress_every_s = -1.0"]),
         (["--set", "run.max_seconds=nan"], ["run.max_seconds = nan"]),
         (["--actors", "-2"], ["run.actors = -2", "-1 starts one actor per core"]),
+        (["--set", "algo.noise_correlation=1.0"], ["noise_correlation = 1.0", "[0, 1)"]),
+        # CartPole's actions are discrete: correlated Gaussian noise has nothing to act on
+        (
+            ["--set", "algo.noise_correlation=0.5"],
+            ["algo.noise_correlation = 0.5", "discrete actions", "algo.noise_correlation = 0"],
+        ),
     ],
 )
 def test_out_of_range_numbers_are_refused(
