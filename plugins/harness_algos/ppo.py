@@ -215,7 +215,8 @@ class PPOAgent(RolloutAgent):
             config.n_steps,
             seed=seed,
             total_steps=total_steps,
-            noise_correlation=config.noise_correlation,
+            # (MAPPO's agent, a subclass, samples its own way: its config has no such key)
+            noise_correlation=getattr(config, "noise_correlation", 0.0),
         )
 
     def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:
