@@ -318,7 +318,6 @@ class IMPALAAgent(RolloutAgent):
             seed=seed,
             total_steps=total_steps,
             obs_dtype=np.dtype(info.observation.dtype),
-            noise_correlation=config.noise_correlation,
         )
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:

@@ -21,7 +21,19 @@ per-env acting state, by row under central inference, and checkpoints it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
 import numpy as np
+
+
+@runtime_checkable
+class CorrelatedExploration(Protocol):
+    """The ``[algo]`` key of the configs that offer correlated noise (PPO, IMPALA), declared
+    with its docs in each; :class:`harness_algos.onpolicy.RolloutAgent` acts with white noise
+    for a config without it (A2C, PG and MAPPO sample their own way)."""
+
+    noise_correlation: float
 
 
 def check_noise_correlation(rho: float) -> None:
@@ -84,7 +96,7 @@ class CorrelatedNoise:
     def state(self) -> dict[str, np.ndarray]:
         return {"acting/noise": self.held.copy(), "acting/noise_fresh": self.fresh.copy()}
 
-    def load_state(self, state: dict[str, np.ndarray]) -> None:
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         if "acting/noise" in state and "acting/noise_fresh" in state:
             self.held = np.array(state["acting/noise"], np.float32)
             self.fresh = np.array(state["acting/noise_fresh"], bool)

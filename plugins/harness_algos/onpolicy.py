@@ -41,7 +41,7 @@ from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError, IncompatibleError
 from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize, layers_of
 from harness_algos.moments import EPS, Normalization, RunningMoments
-from harness_algos.noise import CorrelatedNoise
+from harness_algos.noise import CorrelatedExploration, CorrelatedNoise
 from harness_algos.recurrent import (
     AgentMemory,
     RecurrentPolicy,
@@ -331,7 +331,6 @@ class RolloutAgent(Agent):
         seed: int,
         total_steps: int,
         obs_dtype: npt.DTypeLike = np.float32,
-        noise_correlation: float = 0.0,
     ) -> None:
         super().__init__(algorithm, info, config, seed=seed, total_steps=total_steps)
         self.rollout_len = rollout_len
@@ -373,14 +372,15 @@ class RolloutAgent(Agent):
         """A recurrent network's states (harness_algos.recurrent); None for a feed-forward one."""
         self.noise: CorrelatedNoise | None = None
         """With ``noise_correlation`` > 0: each env's exploration noise (harness_algos.noise)."""
-        if noise_correlation > 0:
+        rho = config.noise_correlation if isinstance(config, CorrelatedExploration) else 0.0
+        if rho > 0:
             if self.discrete:
                 raise ConfigError(
-                    f"algo.noise_correlation = {noise_correlation} correlates the Gaussian "
+                    f"algo.noise_correlation = {rho} correlates the Gaussian "
                     f"noise of box actions over time, but {info.env_id} has discrete actions: "
                     "set algo.noise_correlation = 0."
                 )
-            self.noise = CorrelatedNoise(noise_correlation, algorithm.act_dim, info.num_envs)
+            self.noise = CorrelatedNoise(rho, algorithm.act_dim, info.num_envs)
 
     @abc.abstractmethod
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
@@ -585,7 +585,7 @@ class RolloutAgent(Agent):
         if self.memory is not None and "acting/rnn_state" in state:
             self.memory.acting = np.array(state["acting/rnn_state"], np.float32)
         if self.noise is not None:
-            self.noise.load_state(dict(state))
+            self.noise.load_state(state)
 
     def extra_state(self) -> dict[str, Any]:
         state = super().extra_state()

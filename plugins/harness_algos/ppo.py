@@ -209,14 +209,7 @@ class PPOAgent(RolloutAgent):
         self, algorithm: PPO, info: EnvInfo, config: PPOConfig, *, seed: int, total_steps: int
     ) -> None:
         super().__init__(
-            algorithm,
-            info,
-            config,
-            config.n_steps,
-            seed=seed,
-            total_steps=total_steps,
-            # (MAPPO's agent, a subclass, samples its own way: its config has no such key)
-            noise_correlation=getattr(config, "noise_correlation", 0.0),
+            algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
 
     def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:
