@@ -109,7 +109,10 @@ def harness_run_start(run: Run) -> None:
 @hookspec
 def harness_iteration_end(run: Run, metrics: Mapping[str, float]) -> None:
     """Called after each iteration with its namespaced metrics (``charts/``, ``losses/``,
-    ``perf/``); ``run.step`` is the env-step count so far."""
+    ``perf/``); ``run.step`` is the env-step count so far. The ``charts/`` episode means are
+    those of the log window so far; an iteration that logs its window (every
+    ``run.log_every`` steps) also carries ``charts/episodes`` (the run's episode count) and
+    ``perf/SPS``."""
 
 
 @hookspec
