@@ -102,9 +102,9 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     if "protocol" in spec:  # a competition's official evaluation of the final checkpoint
         name = spec["protocol"]
         protocol = registry.protocol(config.run.env, name)
-        env_over = [f"run.env='{protocol.env}'"] if protocol.env is not None else []
-        env_over += [f"env.{k}={json.dumps(v)}" for k, v in protocol.env_options.items()]
-        official = resolve(layer(pack, users, overrides + env_over, environ={}), registry)
+        raw = layer(pack, users, overrides, environ={})
+        raw.merge(protocol.config_layer(config.env), f"protocol {name}")
+        official = resolve(raw, registry)
         done = evaluate(agent, official, registry, protocol.episodes, seed=888_000 + seed)
         extra["protocol"] = {
             "name": name,

@@ -396,9 +396,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.round is not None:
             raise ConfigError("harness eval: give --round or --protocol, not both.")
         protocol = registry.protocol(config.run.env, args.protocol)
-        layer_: dict[str, dict[str, Any]] = {"env": dict(protocol.env_options)}
-        if protocol.env is not None:
-            layer_["run"] = {"env": protocol.env}
+        layer_ = protocol.config_layer(config.env)
+        reset = sorted(set(layer_["env"]) - set(protocol.env_options))
+        if reset:
+            print(
+                f"--protocol {args.protocol} evaluates the challenge's own task: the run's "
+                f"[env] {', '.join(reset)} set back"
+            )
         extra = (layer_, f"--protocol {args.protocol}")
         config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
     default = protocol.episodes if protocol is not None else 3 if args.video else 20

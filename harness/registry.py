@@ -67,11 +67,29 @@ class EvalProtocol:
     """The env id to evaluate on (a challenge's phase-2 id); None keeps the run's."""
     env_options: Mapping[str, Any] = field(default_factory=dict)
     """``[env]`` keys to set (over the run's)."""
+    env_reset: Callable[[Any], Mapping[str, Any]] | None = None
+    """``env_reset(options) -> {key: value}``: given the run's ``[env]`` options (as its
+    checkpoint saved them), the ``[env]`` keys to set back so the evaluation runs the
+    challenge's own task, not one the run trained on (a curriculum's stage, goal ranges it
+    narrowed); set over :attr:`env_options`. ``harness eval`` prints the keys it changed."""
     description: str = ""
     """One line naming the challenge, its phase and where the protocol comes from."""
     score: Callable[[Mapping[str, Sequence[float]]], float] | None = None
     """The challenge's score from the evaluated episodes' metrics (name -> one value per
     episode) where it is not the mean of the episode metric ``score`` (a clipped mean)."""
+
+    def config_layer(self, options: Any) -> dict[str, dict[str, Any]]:
+        """The config layer that turns a run's config into this protocol's, given the run's
+        ``[env]`` options: the env id, :attr:`env_options`, and what :attr:`env_reset` sets
+        back (only the keys whose values change)."""
+        env = dict(self.env_options)
+        if self.env_reset is not None:
+            env.update(
+                (key, value)
+                for key, value in self.env_reset(options).items()
+                if getattr(options, key, None) != value
+            )
+        return {"env": env, "run": {"env": self.env}} if self.env is not None else {"env": env}
 
     def score_of(self, metrics: Mapping[str, Sequence[float]]) -> float | None:
         """The protocol's score of the episodes (None when the env reports none)."""

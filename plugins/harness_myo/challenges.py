@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.registry import EvalProtocol
 
@@ -104,6 +105,26 @@ def challenge_of(env_id: str) -> Challenge | None:
     return None
 
 
+INTERFACE_KWARGS = frozenset({"frame_skip", "obs_keys", "normalize_act", "weighted_reward_keys"})
+"""The constructor kwargs a protocol keeps from the run: what the policy's interface depends on
+(its control step, observations, action scaling) and the reward weights, which no score reads.
+A longer control step is an action repeat of MyoSuite's (the same muscle controls held over
+the same simulated time), so the challenge could have been sent that policy. Every other kwarg
+(goal ranges, object or terrain randomisation) defines the task, and the protocol's env id
+registers the challenge's own."""
+
+
+def task_reset(options: Any) -> dict[str, Any]:
+    """``EvalProtocol.env_reset``: the run's kwargs less the task's, and no curriculum (a run
+    that trained through stages saves its last stage's goal ranges and kwargs)."""
+    reset: dict[str, Any] = {
+        "kwargs": {k: v for k, v in options.kwargs.items() if k in INTERFACE_KWARGS}
+    }
+    if options.curriculum:
+        reset.update(curriculum=[], curriculum_thresholds=[], curriculum_stage=0)
+    return reset
+
+
 def protocols(env_id: str) -> Mapping[str, EvalProtocol]:
     """``EnvSpec.protocols``: the protocols of ``env_id``'s challenge (none for other ids)."""
     challenge = challenge_of(env_id)
@@ -116,6 +137,8 @@ def protocols(env_id: str) -> Mapping[str, EvalProtocol]:
         "official": (c.official, f"{c.title}, official evaluation ({c.official}; {c.ranking})"),
     }
     return {
-        name: EvalProtocol(name, c.episodes, env, description=text, score=c.score)
+        name: EvalProtocol(
+            name, c.episodes, env, description=text, score=c.score, env_reset=task_reset
+        )
         for name, (env, text) in phases.items()
     }

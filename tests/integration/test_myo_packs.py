@@ -199,6 +199,32 @@ def test_eval_protocol_official_runs_phase_2_and_prints_the_score(die_run: Path)
     assert (line and "score 0." in line[0]) or "score 1." in line[0], proc.stdout
 
 
+def test_a_protocol_evaluates_the_challenges_task_not_the_runs_last_stage(die_run: Path) -> None:
+    """The run's curriculum widened the goals to +-180 degrees at stage 1 and its checkpoint
+    saved that stage. A protocol sets the task back: phase 1 evaluates on the phase-1 env's own
+    goal ranges (+-90 degrees, MyoSuite's registration), without the curriculum, keeping the
+    reward weights (no score reads them). Measured before this was so: a run whose curriculum
+    stopped at +-45 degrees scored 0.060 under --protocol phase1, 0.025 on phase 1's goals."""
+    from harness.commands import checkpoint_config
+    from harness.plugins import collect_registry, make_plugin_manager
+
+    registry = collect_registry(make_plugin_manager())
+    trained, _ = checkpoint_config(die_run, [], registry)
+    assert trained.env.curriculum_stage == 1 and trained.env.kwargs["goal_rot"] == [-3.14, 3.14]
+    layer = registry.protocol(DIE, "phase1").config_layer(trained.env)
+    evaluated, _ = checkpoint_config(die_run, [], registry, extra=(layer, "--protocol phase1"))
+    assert evaluated.env.curriculum == [] and "goal_rot" not in evaluated.env.kwargs
+    assert evaluated.env.kwargs == {
+        "weighted_reward_keys": trained.env.kwargs["weighted_reward_keys"]
+    }
+    proc = harness_cli(["eval", str(die_run), "--protocol", "phase1", "--episodes", "2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (note,) = [x for x in proc.stdout.splitlines() if "the challenge's own task" in x]
+    assert "curriculum" in note and "kwargs" in note, note
+    (means,) = [x for x in proc.stdout.splitlines() if "success" in x and "score" in x]
+    assert "stage" not in means, means  # the envs ran without a curriculum
+
+
 @pytest.mark.parametrize(
     ("protocol", "expected"),
     [("offical", ["official", "phase1", "phase2"])],
