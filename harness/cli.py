@@ -269,7 +269,8 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         "--protocol",
         metavar="NAME",
         help="a competition's evaluation protocol for the run's env (e.g. 'official': a "
-        "MyoChallenge's phase-2 settings and episode count); prints the challenge's score",
+        "MyoChallenge's phase-2 settings and episode count), on the challenge's own task "
+        "whatever the run's curriculum reached; prints the challenge's score",
     )
     ev.add_argument(
         "--video",
