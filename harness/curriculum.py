@@ -26,11 +26,9 @@ from dataclasses import fields
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.hookspecs import LOGGED_WINDOW as LOGGED
 
 log = logging.getLogger(__name__)
-
-LOGGED = "charts/episodes"
-"""The metric only an iteration that logs its window carries (the run's episode count)."""
 
 FIELDS = ("curriculum", "curriculum_metric", "curriculum_thresholds", "curriculum_stage")
 """The ``[env]`` fields a family with a curriculum declares."""

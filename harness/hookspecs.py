@@ -106,13 +106,18 @@ def harness_run_start(run: Run) -> None:
     """Called once the run directory, env and agent exist, before the first iteration."""
 
 
+LOGGED_WINDOW = "charts/episodes"
+"""The metric that marks an iteration which logged its window (``harness_iteration_end``): the
+run's episode count, present only then."""
+
+
 @hookspec
 def harness_iteration_end(run: Run, metrics: Mapping[str, float]) -> None:
     """Called after each iteration with its namespaced metrics (``charts/``, ``losses/``,
     ``perf/``); ``run.step`` is the env-step count so far. The ``charts/`` episode means are
     those of the log window so far; an iteration that logs its window (every
-    ``run.log_every`` steps) also carries ``charts/episodes`` (the run's episode count) and
-    ``perf/SPS``."""
+    ``run.log_every`` steps) also carries :data:`LOGGED_WINDOW` (``charts/episodes``, the run's
+    episode count) and ``perf/SPS``."""
 
 
 @hookspec

@@ -23,6 +23,7 @@ from harness.api import Agent, team_reward
 from harness.checkpoint import latest_checkpoint, save_checkpoint, write_atomic_text
 from harness.config import Config
 from harness.errors import CheckpointError, DivergedError, missing_extra
+from harness.hookspecs import LOGGED_WINDOW
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
 from harness.runtime.build import (
@@ -166,7 +167,7 @@ def _loop(run: Run, collector: Collector) -> bool:
         if run.step >= next_log:
             now = time.perf_counter()
             metrics["perf/SPS"] = (run.step - steps_window) / max(now - t_window, 1e-9)
-            metrics["charts/episodes"] = float(run.episodes)
+            metrics[LOGGED_WINDOW] = float(run.episodes)
             metrics.update(device_stats())
             run.router.record(run.step, metrics)
             if window_returns:
