@@ -41,9 +41,26 @@ OslRunFixed), each number against a limit measured in the same run:
    machine's other processes used over the farm window (read the last before trusting a run:
    the machine is shared).
 
+4. **training, serial against a farm** (``--ppo-repeats`` rounds, 0 by default; only ids with
+   a pack: :data:`PACKS`): the pack as shipped (PPO, its envs, reward and network), trained
+   with ``run.actors = 0`` (one process: it steps its envs, then updates) and with
+   ``run.actors = 2`` (a synchronous farm: the actors step their shares at once, then wait
+   while the learner updates), no evaluation, checkpoints or trackers. Reported: the env steps
+   the learner observed per second over a ``--seconds`` window opening ``--warmup`` s after
+   the first rollout (the farm's: after both actors delivered), farm / serial, and the
+   actors' idle share (``farm/actor_idle``: the time an actor waits for the learner). Until
+   2026-12-04 a synchronous farm requested each actor's rollout only after the previous
+   actor's had arrived, so its actors stepped one at a time; this part measures what that fix
+   gave.
+
 The recorded run (~13 min on 2 cores; run it on a quiet machine and read the others' cores):
 
     .venv/bin/python tools/bench_myo.py --breakdown --json bench_myo.json
+
+Part 4 alone (~5 min on 2 cores for Die Reorient, 2 rounds of 45 s windows):
+
+    .venv/bin/python tools/bench_myo.py --envs myoChallengeDieReorientP1-v0 --skip-steps \
+        --skip-farm --ppo-repeats 2 --seconds 45 --warmup 10
 
 A smoke run (~2 min; numbers only indicative), and other ids, parts 1-2 only:
 
@@ -371,6 +388,72 @@ def measure_farm(env_id: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rounds
 
 
+# -- part 4: training, serial against a farm ------------------------------------------------
+PACKS = {
+    "myoChallengeDieReorientP1-v0": "myochallenge_2022_die",
+    "myoChallengeOslRunFixed-v0": "myochallenge_2024_osl",
+}
+"""The pack that trains each id (part 4)."""
+
+
+def train_rate(env_id: str, actors: int, args: argparse.Namespace) -> dict[str, float]:
+    """One run of ``env_id``'s pack as shipped with ``run.actors = actors``: env steps/s over
+    the probe's window, the cores used, the actors' idle share."""
+    from harness.config import find_pack_file, layer, resolve
+    from harness.plugins import collect_registry, make_plugin_manager
+    from harness.runtime import train
+
+    pm = make_plugin_manager()
+    probe = Probe(args.warmup, args.seconds)
+    pm.register(probe, name="bench-myo-probe")
+    registry = collect_registry(pm)
+    out = tempfile.mkdtemp(prefix="bench_myo_")
+    overrides = [
+        f"run.actors={actors}",
+        f"run.seed={args.seed}",
+        "run.eval_every=0",
+        "run.eval_episodes=0",
+        "run.checkpoint_every=0",
+        "run.total_steps=1_000_000_000",
+        f"run.max_seconds={args.seconds + args.warmup + 300}",
+        "run.trackers=[]",
+        "run.progress=false",
+        f"run.out='{out}'",
+    ]
+    pack = find_pack_file(Path(__file__).resolve().parents[1] / "competitions" / PACKS[env_id])
+    config = resolve(layer(pack, [], overrides, environ={}), registry)
+    try:
+        train(config, registry, pm)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if probe.t0 is None or probe.t_end is None:
+        sys.exit(f"{env_id}: the training run ended before its measuring window closed")
+    window = probe.t_end - probe.t0
+    return {
+        "steps_per_s": (probe.step_end - probe.step0) / window,
+        "learner_cores": (probe.cpu1[0] - probe.cpu0[0]) / window,
+        "actors_cores": (probe.cpu1[1] - probe.cpu0[1]) / window,
+        "actor_idle": float(np.mean(probe.actor_idle)) if probe.actor_idle else float("nan"),
+    }
+
+
+def measure_training(env_id: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--ppo-repeats`` rounds of the pack trained serially and on 2 actors, order rotating."""
+    rounds: list[dict[str, Any]] = []
+    for k in range(args.ppo_repeats):
+        row: dict[str, Any] = {}
+        for actors in (0, 2) if k % 2 == 0 else (2, 0):
+            row["serial" if actors == 0 else "farm"] = train_rate(env_id, actors, args)
+        row["farm_of_serial"] = row["farm"]["steps_per_s"] / row["serial"]["steps_per_s"]
+        rounds.append(row)
+        print(
+            f"  {env_id} training round {k + 1}/{args.ppo_repeats}: serial "
+            f"{row['serial']['steps_per_s']:.0f}, farm {row['farm']['steps_per_s']:.0f} steps/s",
+            file=sys.stderr,
+        )
+    return rounds
+
+
 # -- report -----------------------------------------------------------------------------------
 def spread(xs: Sequence[float], spec: str) -> str:
     """``median (min-max)``."""
@@ -422,6 +505,28 @@ def farm_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def training_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = [
+        "| env (its pack, as shipped) | serial (`--actors 0`) | farm, 2 actors | "
+        "**farm / serial** | farm: actors idle | farm: learner cores | farm: actors cores |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for env_id, rounds in results.items():
+
+        def med(get: Callable[[dict[str, Any]], float], rounds: Any = rounds) -> float:
+            return statistics.median(map(get, rounds))
+
+        lines.append(
+            f"| {env_id} ({PACKS[env_id]}) | {med(lambda x: x['serial']['steps_per_s']):.0f} | "
+            f"{med(lambda x: x['farm']['steps_per_s']):.0f} | "
+            f"**{med(lambda x: x['farm_of_serial']):.2f}x** | "
+            f"{med(lambda x: x['farm']['actor_idle']):.0%} | "
+            f"{med(lambda x: x['farm']['learner_cores']):.2f} | "
+            f"{med(lambda x: x['farm']['actors_cores']):.2f} |"
+        )
+    return lines
+
+
 def versions() -> str:
     import importlib.metadata as md
 
@@ -454,14 +559,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--no-pair", action="store_true", help="skip the 2-process raw ceiling")
     p.add_argument("--skip-steps", action="store_true", help="skip parts 1-2 (step cost)")
     p.add_argument("--skip-farm", action="store_true", help="skip part 3 (the farm)")
+    p.add_argument(
+        "--ppo-repeats",
+        type=int,
+        default=0,
+        help="rounds of part 4 (the pack trained serially and on a 2-actor farm; 0: skip)",
+    )
     p.add_argument("--json", help="also write every measurement to this JSON file")
     args = p.parse_args(argv)
+    unknown = [e for e in args.envs if args.ppo_repeats and e not in PACKS]
+    if unknown:
+        p.error(f"--ppo-repeats: no pack trains {', '.join(unknown)} (packs: {', '.join(PACKS)})")
     if args.repeats < 1 or args.farm_repeats < 1 or args.seconds <= 0:
         p.error("--repeats and --farm-repeats must be >= 1 and --seconds > 0")
 
     load0, t_start = os.getloadavg(), time.monotonic()
     steps: dict[str, dict[str, Any]] = {}
     farms: dict[str, list[dict[str, Any]]] = {}
+    trainings: dict[str, list[dict[str, Any]]] = {}
     others: dict[str, float] = {}
     for env_id in args.envs:
         if not args.skip_steps:
@@ -470,6 +585,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         if not args.skip_farm:
             farms[env_id] = measure_farm(env_id, args)
+        if args.ppo_repeats:
+            trainings[env_id] = measure_training(env_id, args)
     load1 = os.getloadavg()
     header = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -509,8 +626,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"delivered; cores: CPU time over the farm window, tick-sampled; other processes "
             f"kept busy during the r windows: {others_r})"
         )
+    if trainings:
+        print()
+        print("\n".join(training_table(trainings)))
+        print()
+        print(
+            f"(env steps/s the learner observed, medians of {args.ppo_repeats} rounds, the "
+            f"order alternating; {args.seconds:g} s windows from {args.warmup:g} s after the "
+            f"first rollout; cores: CPU time over the farm's window)"
+        )
     if args.json:
-        data = {"header": header, "args": vars(args), "steps": steps, "farm": farms}
+        data = {
+            "header": header,
+            "args": vars(args),
+            "steps": steps,
+            "farm": farms,
+            "training": trainings,
+        }
         Path(args.json).write_text(json.dumps(data, indent=1, default=str))
 
 

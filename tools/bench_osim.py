@@ -603,10 +603,11 @@ class Probe:
         now = time.monotonic()
         self.last = {k: v for k, v in metrics.items() if k.startswith("farm/")}
         if self.farm_up is None:
-            if all(slot.received_steps for slot in run.collector.slots):
+            slots = getattr(run.collector, "slots", [])  # (none: a serial run)
+            if all(slot.received_steps for slot in slots):
                 self.farm_up = now - self.started
                 self.warm_until = now + self.warmup
-                self.pids = [slot.proxy.pid() for slot in run.collector.slots]
+                self.pids = [slot.proxy.pid() for slot in slots]
             return
         if self.t0 is None and now >= self.warm_until:
             self.t0, self.step0 = now, run.step

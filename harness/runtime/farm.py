@@ -516,6 +516,12 @@ class FarmCollector(Collector):
         if self.stream:
             self._stream(run, finished)
         else:
+            # every actor's request goes out before the first result is awaited: the actors
+            # step their rollouts at once (requesting each in turn as the last one's result
+            # came in stepped them one at a time: N actors at one actor's rate)
+            depth = max(1, self.lag)
+            for slot in self.slots:
+                self._top_up(slot, depth)
             chunks = [self._next_chunk(slot) for slot in self.slots]
             self._observe(run, chunks, self.config.run.num_envs, finished)
         for _, _, episode_metrics in finished[before:]:  # the official score, for the monitor

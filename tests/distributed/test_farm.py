@@ -82,6 +82,37 @@ def test_ppo_on_two_actors_solves_cartpole(tmp_path: Path) -> None:
     assert all(m["farm/actor_sps_min"] > 0 for m in farm)
 
 
+def test_ppo_actors_step_their_rollouts_at_once(tmp_path: Path) -> None:
+    """A synchronous (on-policy) farm sends every actor its request before it waits for any
+    result, so 4 actors step together and each waits only for the learner. Each env step here
+    sleeps 20 ms (harness/Delay-v0: no CPU), a rollout 16 steps (0.32 s), and the learner's
+    update of 64 rows takes milliseconds: stepped together each actor idles a few percent of
+    the time; requested one after another (the farm until 2026-12-04) 3/4 of it. Measured on
+    2 cores: a median of 0.75 before, 0.02 after."""
+    _, rec = run_farm(
+        tmp_path,
+        [
+            "env='harness/Delay-v0'",
+            "env.kwargs={step_seconds=0.02, episode_steps=64}",
+            "actors=4",
+            "num_envs=4",
+            "total_steps=768",
+            "eval_every=0",
+            "eval_episodes=1",
+            "checkpoint_every=0",
+            "algo.n_steps=16",
+            "algo.batch_size=64",
+            "algo.n_epochs=1",
+        ],
+    )
+    farm = [m for m in rec.metrics if "farm/actor_idle" in m]
+    assert len(farm) >= 8, f"{len(farm)} iterations reported farm metrics"
+    idle = sorted(m["farm/actor_idle"] for m in farm[1:])  # (the first includes start-up)
+    median = idle[len(idle) // 2]
+    assert median < 0.4, f"actors idle {median:.2f} of the time: they stepped one at a time"
+    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps
+
+
 def test_dqn_actors_run_ahead_with_bounded_lag(tmp_path: Path) -> None:
     _, rec = run_farm(
         tmp_path,
