@@ -137,6 +137,11 @@ class EnvSpec:
     uint8 frame per env, the same shape at every call (gymnasium's vector convention); an id
     that cannot render raises ``ConfigError`` from :attr:`make_env` saying what is missing.
     Families that declare none are never passed ``render_mode``."""
+    evaluation_options: Callable[[Any], Any] | None = None
+    """``evaluation_options(options) -> options``: the ``[env]`` options greedy evaluations
+    (``eval/`` metrics, ``harness eval``, baselines) build their envs with, given the run's.
+    A family drops training-only aids here, so that an evaluation measures the run's task
+    (harness_myo drops its per-env adaptive goal range). None: the run's options."""
     fallback: bool = False
     """A generic family (gymnasium's: any id in gymnasium's registry), asked only after every
     other family declined. A specific family whose ids also land in gymnasium's registry once

@@ -238,12 +238,16 @@ def make_envs(
     num_envs: int,
     seed: int | None,
     render_mode: str | None = None,
+    *,
+    evaluation: bool = False,
 ) -> Any:
     """The vector env of ``config``'s ``run.env`` with ``num_envs`` copies; with
     ``render_mode`` (``"rgb_array"``: ``harness eval --video``) one whose ``render()`` gives a
-    frame per env. ``render_mode`` reaches the family's ``make_env`` only when given, and only
-    for a family that declares it (``EnvSpec.render_modes``): third-party families written
-    before rendering existed never see the keyword."""
+    frame per env; with ``evaluation`` one built with the family's evaluation options
+    (``EnvSpec.evaluation_options``: no training-only aids). ``render_mode`` reaches the
+    family's ``make_env`` only when given, and only for a family that declares it
+    (``EnvSpec.render_modes``): third-party families written before rendering existed never
+    see the keyword."""
     env_id = config.run.env
     spec = registry.env_for(env_id)
     kwargs: dict[str, Any] = {}
@@ -257,12 +261,15 @@ def make_envs(
                 f"family a renderer (docs/video.md, 'Rendering in an env plugin')."
             )
         kwargs["render_mode"] = render_mode
+    options = config.env
+    if evaluation and spec.evaluation_options is not None:
+        options = spec.evaluation_options(options)
     return spec.make_env(
         env_id,
         num_envs=num_envs,
         seed=seed,
         vector=config.run.vector,
-        options=config.env,
+        options=options,
         **kwargs,
     )
 

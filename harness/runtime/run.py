@@ -274,12 +274,13 @@ def evaluate(
     (``harness eval --video``) the episodes run one after the other on one env made with
     ``render_mode="rgb_array"``, and the recorder gets its frames (:mod:`harness.video`);
     the recorder is not closed here. ``max_envs``: envs at most (1 runs the episodes in
-    sequence like a filmed evaluation: tools/bench_video.py compares the two)."""
+    sequence like a filmed evaluation: tools/bench_video.py compares the two). The envs are
+    built with the family's evaluation options (``EnvSpec.evaluation_options``)."""
     n = 1 if recorder is not None else max(1, min(max_envs, episodes))
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
     render_mode = "rgb_array" if recorder is not None else None
-    envs = make_envs(config, registry, n, seed=None, render_mode=render_mode)
+    envs = make_envs(config, registry, n, seed=None, render_mode=render_mode, evaluation=True)
     # Agent.predict_episodes_ended (per-env greedy state, e.g. a recurrent QMIX agent); any
     # object with a predict() can be evaluated, so the hook stays optional here
     predict_ended = getattr(agent, "predict_episodes_ended", None)

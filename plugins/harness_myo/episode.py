@@ -18,7 +18,9 @@ The metrics, where the env reports ``solved`` (every MyoChallenge task does):
   ``evaluate_success`` rule, 5 steps by default);
 
 and for every env ``terminated`` (1 if the env ended the episode: a die dropped, a fall; 0 at
-the time limit), plus the episode mean of each info entry named in ``metric_keys``.
+the time limit), plus the episode mean of each info entry named in ``metric_keys``, and with
+``[env] adaptive`` the half-width of the goal range the episode ran at, ``adaptive_range``
+(:mod:`harness_myo.adaptive`, which the wrapper tells each episode's metrics).
 
 **The official score.** Every MyoChallenge env defines how the challenge ranked submissions: its
 ``get_metrics(paths)`` (a success rate and effort for Die Reorient and Relocate, the fraction of
@@ -46,6 +48,7 @@ import gymnasium as gym
 import numpy as np
 
 from harness.errors import ConfigError
+from harness_myo.adaptive import AdaptiveRange, RangeLevel
 
 EPISODE_METRICS = "episode_metrics"
 """The info key harness's runner reads an episode's metrics from (on the ending step)."""
@@ -121,6 +124,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         alive_bonus: float = 0.0,
         forward_weight: float = 0.0,
         stage: int | None = None,
+        adaptive: AdaptiveRange | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -129,6 +133,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             alive_bonus=alive_bonus,
             forward_weight=forward_weight,
             stage=stage,
+            adaptive=adaptive,
         )
         gym.Wrapper.__init__(self, env)
         self.success_steps = success_steps
@@ -137,6 +142,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self.forward_weight = forward_weight
         self._direction = track_direction(env) if forward_weight else 0.0
         self.stage = stage
+        self.level = RangeLevel(adaptive, env) if adaptive is not None else None
         self._pending: dict[str, Any] = {}
         self._checked = False
         self._scores = callable(getattr(env.unwrapped, "get_metrics", None))
@@ -177,6 +183,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             self._reseed = int(old.unwrapped.np_random.integers(2**31))
             self.env = gym.make(replace(spec, kwargs=make_kwargs), disable_env_checker=True)
             old.close()
+            if self.level is not None:
+                self.level.attach(self.env)
 
     def reset(self, **kwargs: Any) -> Any:
         if self._pending:
@@ -184,6 +192,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         if self._reseed is not None and kwargs.get("seed") is None:
             kwargs["seed"], self._reseed = self._reseed, None
         self._reset_counts()
+        if self.level is not None:
+            self.level.before_reset()
         obs, _ = self.env.reset(**kwargs)
         return obs, {}
 
@@ -237,6 +247,10 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             metrics.update(official_metrics(self.env.unwrapped, self._path))
         if self.stage is not None:
             metrics["stage"] = float(self.stage)
+        if self.level is not None:
+            ran_at = self.level.half_width
+            self.level.episode_end(metrics)
+            metrics["adaptive_range"] = ran_at
         return metrics
 
     def _check_keys(self, info: dict[str, Any]) -> None:

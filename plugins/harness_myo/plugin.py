@@ -11,7 +11,8 @@ What a pack adds in ``[env]``: ``kwargs`` for MyoSuite's constructor (its reward
 goal ranges), ``alive_bonus`` (a shaping: MyoSuite's challenge rewards are mostly negative
 distances, so ending an episode early would pay), and a curriculum whose stages merge into
 ``kwargs`` (:mod:`harness.curriculum`; a stage rebuilds each env with the new kwargs at its next
-episode). The episode metrics include the challenge's official score, MyoSuite's own
+episode), or a per-env adaptive goal range (``adaptive``, :mod:`harness_myo.adaptive`; training
+envs only, evaluations run the full range). The episode metrics include the challenge's official score, MyoSuite's own
 ``get_metrics`` (:mod:`harness_myo.episode`), and the challenge tasks declare their evaluation
 protocols for ``harness eval --protocol`` (:mod:`harness_myo.challenges`).
 
@@ -40,6 +41,7 @@ from harness.curriculum import advance as advance_curriculum
 from harness.curriculum import apply_stage
 from harness.errors import ConfigError, MissingExtraError, did_you_mean
 from harness.registry import EnvSpec
+from harness_myo.adaptive import AdaptiveRange
 from harness_myo.challenges import protocols
 
 DEPENDS_ON = ("harness_gymnasium",)
@@ -117,6 +119,13 @@ class MyoConfig:
     """Advance from stage k when a logged window mean of the metric reaches thresholds[k]."""
     curriculum_stage: int = 0
     """The current stage (set by the curriculum; resumed runs go on from it)."""
+    adaptive: dict[str, Any] = field(default_factory=dict)
+    """A per-env adaptive goal range (IARAI-JKU's curriculum, :mod:`harness_myo.adaptive`),
+    e.g. {key = "goal_rot", start = 0.1}: each env widens the range's half-width by ``growth``
+    (1.1) when the mean ``metric`` (solved_fraction) of its last ``window`` (20) episodes
+    reaches ``threshold`` (0.85, x ``threshold_decay`` 0.99 at each widening, not below
+    ``threshold_min`` 0.3), up to the env's own range. Training only: evaluations run the
+    full range. Die Reorient: goal_rot or goal_pos."""
 
     def __post_init__(self) -> None:
         steps = self.max_episode_steps
@@ -124,6 +133,8 @@ class MyoConfig:
             raise ValueError(f"max_episode_steps = {steps!r}: expected a positive integer")
         if not isinstance(self.success_steps, int) or self.success_steps < 0:
             raise ValueError(f"success_steps = {self.success_steps!r}: expected an integer >= 0")
+        if self.adaptive:
+            AdaptiveRange.parse(self.adaptive)
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(
                 f"render_mode = {self.render_mode!r}: expected one of {', '.join(RENDER_MODES)} "
@@ -220,6 +231,7 @@ def make_one(env_id: str, options: MyoConfig) -> Any:
         alive_bonus=float(options.alive_bonus),
         forward_weight=float(options.forward_weight),
         stage=options.curriculum_stage if options.curriculum else None,
+        adaptive=AdaptiveRange.parse(options.adaptive) if options.adaptive else None,
     )
 
 
@@ -314,6 +326,14 @@ CURRICULUM_MERGE = ("kwargs",)
 """A curriculum stage's kwargs merge into the current ones (harness.curriculum)."""
 
 
+def evaluation_options(options: MyoConfig | None) -> MyoConfig | None:
+    """``EnvSpec.evaluation_options``: no adaptive goal range (a training aid); evaluations
+    run the env's full range."""
+    if options is None or not options.adaptive:
+        return options
+    return dataclasses.replace(options, adaptive={})
+
+
 @hookimpl
 def harness_configure(config: Any) -> None:
     """Before the envs are built: check the curriculum and apply its current stage."""
@@ -340,6 +360,7 @@ def harness_register_envs() -> list[EnvSpec]:
             known_ids=known_ids,
             protocols=protocols,
             render_modes=RENDER_MODES,
+            evaluation_options=evaluation_options,
             description="MyoSuite's musculoskeletal envs on MuJoCo, the NeurIPS MyoChallenge "
             "tasks among them (harness[myo])",
         )

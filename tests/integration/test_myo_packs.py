@@ -260,6 +260,7 @@ PACKS = ROOT / "competitions"
         ["myochallenge_2022_die/pack.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/lstm.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/curriculum.toml"],
+        ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/adaptive.toml"],
         ["myochallenge_2024_osl/pack.toml"],
     ],
 )
@@ -312,8 +313,8 @@ LEARNING = {
     # OslRun, flat track, 20 ms steps: every policy falls within ~1.6 s of the running start;
     # random 89, rest 116 (24 episodes here); the pack's PPO with correlated noise is at 1.25x,
     # 1.2x and 1.45x the rest policy at 300k steps, ~7 minutes on one core (docs/competitions.md:
-    # seeds 1-3). Serial: synchronous PPO on a 2-core farm steps no faster, and the other core
-    # runs other tests.
+    # seeds 1-3). Serial: one core, so that the other runs other tests (the suite's second
+    # worker).
     "osl": (
         "competitions/myochallenge_2024_osl",
         ["run.total_steps=300000", "run.actors=0", "backend.threads=1"],
