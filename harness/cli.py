@@ -39,6 +39,8 @@ from harness.version import __version__
 log = logging.getLogger("harness")
 
 EXIT_USAGE = 2
+EXIT_TERMINATED = 128 + 15
+"""``harness run`` stopped by SIGTERM (after a checkpoint): the shell's code for that signal."""
 
 
 CORE_COMMANDS = ("run", "eval", "plugins", "cluster")
@@ -362,8 +364,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         elif config.run.progress_every_s > 0:
             every = config.run.progress_every_s
             pm.register(LineProgressReporter(total, every), name="progress")
-    result = train(config, registry, pm, resume=resume)
+    result = train(config, registry, pm, resume=resume, stop_on_sigterm=True)
     _print_summary(result.as_dict())
+    if result.terminated:
+        print(
+            f"harness: terminated (SIGTERM) at step {result.steps}, checkpoint written; resume "
+            f"with harness run --resume {result.run_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED
     return 0
 
 

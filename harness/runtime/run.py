@@ -9,11 +9,14 @@ lifecycle hooks run per iteration, never per env step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +72,12 @@ def train(
     pm: HarnessPluginManager,
     *,
     resume: Path | None = None,
+    stop_on_sigterm: bool = False,
 ) -> RunResult:
-    """Train ``config`` to completion in this process; returns the summary."""
+    """Train ``config`` to completion in this process; returns the summary. With
+    ``stop_on_sigterm`` (``harness run``) SIGTERM ends the run after the iteration it is in,
+    with a checkpoint (:attr:`RunResult.terminated`); in-process callers (tuning trials,
+    baselines, tests) leave SIGTERM to their own process."""
     run = build_run(config, registry, pm, resume=resume)
     t_start = time.perf_counter()
     stopped = started = False
@@ -81,10 +88,11 @@ def train(
         collector = run.collector = make_collector(run)
         started = True
         try:
-            stopped = _loop(run, collector)
+            with _stop_on_sigterm(run) if stop_on_sigterm else contextlib.nullcontext():
+                stopped = _loop(run, collector)
         finally:
             collector.close()
-        if not run.eval_history or run.eval_history[-1][0] != run.step:
+        if not run.terminated and (not run.eval_history or run.eval_history[-1][0] != run.step):
             _evaluate_and_record(run)
         ckpt = _checkpoint(run)
         final = run.eval_history[-1][1] if run.eval_history else float("nan")
@@ -98,6 +106,7 @@ def train(
             recent_return=run.recent_return,
             checkpoint=ckpt,
             stopped_early=stopped,
+            terminated=run.terminated,
         )
         summary = result.as_dict()
         write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
@@ -109,6 +118,35 @@ def train(
         run.envs.close()
         if not started and resume is None:
             discard_run_dir(run.run_dir)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(run: Run) -> Iterator[None]:
+    """While training (in the main thread: signal handlers live there), SIGTERM asks the run
+    to stop after the iteration it is in, then checkpoint and end without the final
+    evaluation: what a cluster's scheduler or ``timeout`` sends before it kills. The first
+    SIGTERM puts the previous handler back, so a second one acts at once (by default, ends
+    the process)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, previous)
+        run.terminated = run.stop_requested = True
+        log.warning(
+            "SIGTERM at step %d: stopping after this iteration with a checkpoint (a second "
+            "SIGTERM ends the process at once)",
+            run.step,
+        )
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is stop:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def make_collector(run: Run) -> Collector:
@@ -188,7 +226,8 @@ def _loop(run: Run, collector: Collector) -> bool:
             log.info("eval mean %.1f reached stop_at_return at step %d", run.best_eval, run.step)
             return True
         if run.stop_requested:
-            log.info("a plugin asked to stop at step %d", run.step)
+            why = "SIGTERM" if run.terminated else "a plugin asked"
+            log.info("stopping at step %d: %s", run.step, why)
             return True
         if run.step >= next_ckpt:
             _checkpoint(run)

@@ -80,7 +80,10 @@ class RunResult:
     """The final checkpoint."""
     stopped_early: bool
     """True when the run stopped before its step budget (a return threshold, a time limit,
-    a plugin's request)."""
+    a plugin's request, SIGTERM)."""
+    terminated: bool = False
+    """True when SIGTERM stopped the run: it ended after the iteration it was in, with a
+    checkpoint and without the final evaluation (``harness run`` exits 143)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as JSON values (paths as strings): ``summary.json``."""
@@ -129,6 +132,9 @@ class Run:
     """The runner's logger, for messages that belong to the run."""
     stop_requested: bool = False
     """Set by a plugin (e.g. in harness_iteration_end) to end the run after this iteration."""
+    terminated: bool = False
+    """Set when the process got SIGTERM (``train`` in the main thread): the run ends after this
+    iteration with a checkpoint, skipping the final evaluation."""
     collector: Collector | None = None
     """Where experience comes from: the envs of this process, remote actors or, for an
     offline agent, nothing; set when training starts."""

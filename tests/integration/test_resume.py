@@ -201,3 +201,53 @@ def test_stop_at_return_stops_only_when_a_confirming_evaluation_agrees(tmp_path:
     # every evaluation reaches 1.0: the first is confirmed and the run ends there
     assert [c for _, _, c in evals if c] and float(evals[-1][2]) >= 1.0, evals
     assert json.loads((tmp_path / "low" / "summary.json").read_text())["steps"] < 12288
+
+
+@pytest.mark.parametrize("actors", [0, 2])
+def test_sigterm_ends_a_run_with_a_checkpoint_it_resumes_from(tmp_path: Path, actors: int) -> None:
+    """``harness run`` on SIGTERM (a scheduler's or ``timeout``'s notice) stops after the
+    iteration it is in, writes a checkpoint and the summary without the final evaluation,
+    exits 143 naming ``--resume``; the run resumes from that checkpoint. (Before, SIGTERM
+    ended the process with only the periodic checkpoints, here none: checkpoint_every 0.)"""
+    import os
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(PACK), "--no-progress"]
+    cmd += ["--out", str(tmp_path), "--actors", str(actors), "--steps", "50000000"]
+    for s in ("name=t", "checkpoint_every=0", "eval_every=0", "log_every=512", "max_seconds=0"):
+        cmd += ["--set", s]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "t"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            metrics = run_dir / "metrics.csv"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                break  # training: two logged rows
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err and f"--resume {run_dir}" in err, err[-2000:]
+    assert "Traceback" not in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["terminated"] and summary["stopped_early"]
+    assert summary["final_eval"] != summary["final_eval"]  # nan: no final evaluation
+    ckpt = latest_checkpoint(run_dir)
+    assert ckpt.name == f"step_{summary['steps']:010d}" and summary["steps"] > 0
+    resume = [sys.executable, "-m", "harness.cli", "run", "--resume", str(run_dir)]
+    again = subprocess.run(
+        [*resume, "--no-progress", "--steps", str(summary["steps"] + 2048)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["steps"] >= summary["steps"] + 2048 and not resumed["terminated"]
