@@ -12,9 +12,10 @@ goal ranges), ``alive_bonus`` (a shaping: MyoSuite's challenge rewards are mostl
 distances, so ending an episode early would pay), and a curriculum whose stages merge into
 ``kwargs`` (:mod:`harness.curriculum`; a stage rebuilds each env with the new kwargs at its next
 episode), or a per-env adaptive goal range (``adaptive``, :mod:`harness_myo.adaptive`; training
-envs only, evaluations run the full range). The episode metrics include the challenge's official score, MyoSuite's own
-``get_metrics`` (:mod:`harness_myo.episode`), and the challenge tasks declare their evaluation
-protocols for ``harness eval --protocol`` (:mod:`harness_myo.challenges`).
+envs only, evaluations run the full range). The episode metrics include the challenge's
+official score, MyoSuite's own ``get_metrics`` (:mod:`harness_myo.episode`), and the challenge
+tasks declare their evaluation protocols for ``harness eval --protocol``
+(:mod:`harness_myo.challenges`).
 
 Headless: nothing here opens a window or touches OpenGL unless ``[env] render_mode =
 "rgb_array"`` asks for frames, and only then is ``MUJOCO_GL`` set (to ``egl``: MuJoCo's
