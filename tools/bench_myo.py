@@ -292,8 +292,12 @@ def pair_rate(env_id: str, seconds: float, seed: int) -> float:
     return together_rate(_pair_worker, pairs, seconds, method="spawn")
 
 
-def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
-    """One 2-actor farm run with the random policy (see the module docstring)."""
+def probed_run(
+    pack: Path | None, overrides: list[str], args: argparse.Namespace, what: str
+) -> Probe:
+    """One ``harness.runtime.train`` of ``pack`` (None: no pack file) with ``overrides`` and
+    the measuring probe (``--warmup``, ``--seconds``); no evaluation, checkpoints or trackers,
+    its run directory removed after. Exits when the run ended before the window closed."""
     from harness.config import layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
     from harness.runtime import train
@@ -303,11 +307,7 @@ def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
     pm.register(probe, name="bench-myo-probe")
     registry = collect_registry(pm)
     out = tempfile.mkdtemp(prefix="bench_myo_")
-    overrides = [
-        f"run.env='{env_id}'",
-        "run.algo='random'",
-        "run.actors=2",
-        "run.num_envs=2",
+    base = [
         f"run.seed={args.seed}",
         "run.eval_every=0",
         "run.eval_episodes=0",
@@ -317,15 +317,28 @@ def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
         "run.trackers=[]",
         "run.progress=false",
         f"run.out='{out}'",
-        "backend.threads=1",
     ]
-    config = resolve(layer(None, [], overrides, environ={}), registry)
+    config = resolve(layer(pack, [], base + overrides, environ={}), registry)
     try:
         train(config, registry, pm)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if probe.t0 is None or probe.t_end is None:
-        sys.exit(f"{env_id}: the farm run ended before its measuring window closed")
+        sys.exit(f"{what} ended before its measuring window closed")
+    return probe
+
+
+def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
+    """One 2-actor farm run with the random policy (see the module docstring)."""
+    overrides = [
+        f"run.env='{env_id}'",
+        "run.algo='random'",
+        "run.actors=2",
+        "run.num_envs=2",
+        "backend.threads=1",
+    ]
+    probe = probed_run(None, overrides, args, f"{env_id}: the farm run")
+    assert probe.t0 is not None and probe.t_end is not None
     window = probe.t_end - probe.t0
     idle = (probe.machine1[0] - probe.machine0[0]) / max(1, probe.machine1[1] - probe.machine0[1])
     learner = (probe.cpu1[0] - probe.cpu0[0]) / window
@@ -399,35 +412,11 @@ PACKS = {
 def train_rate(env_id: str, actors: int, args: argparse.Namespace) -> dict[str, float]:
     """One run of ``env_id``'s pack as shipped with ``run.actors = actors``: env steps/s over
     the probe's window, the cores used, the actors' idle share."""
-    from harness.config import find_pack_file, layer, resolve
-    from harness.plugins import collect_registry, make_plugin_manager
-    from harness.runtime import train
+    from harness.config import find_pack_file
 
-    pm = make_plugin_manager()
-    probe = Probe(args.warmup, args.seconds)
-    pm.register(probe, name="bench-myo-probe")
-    registry = collect_registry(pm)
-    out = tempfile.mkdtemp(prefix="bench_myo_")
-    overrides = [
-        f"run.actors={actors}",
-        f"run.seed={args.seed}",
-        "run.eval_every=0",
-        "run.eval_episodes=0",
-        "run.checkpoint_every=0",
-        "run.total_steps=1_000_000_000",
-        f"run.max_seconds={args.seconds + args.warmup + 300}",
-        "run.trackers=[]",
-        "run.progress=false",
-        f"run.out='{out}'",
-    ]
     pack = find_pack_file(Path(__file__).resolve().parents[1] / "competitions" / PACKS[env_id])
-    config = resolve(layer(pack, [], overrides, environ={}), registry)
-    try:
-        train(config, registry, pm)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    if probe.t0 is None or probe.t_end is None:
-        sys.exit(f"{env_id}: the training run ended before its measuring window closed")
+    probe = probed_run(pack, [f"run.actors={actors}"], args, f"{env_id}: the training run")
+    assert probe.t0 is not None and probe.t_end is not None
     window = probe.t_end - probe.t0
     return {
         "steps_per_s": (probe.step_end - probe.step0) / window,

@@ -6,42 +6,19 @@ from __future__ import annotations
 
 import csv
 import itertools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_myo_packs import DIE, HAVE_MYOSUITE, ROOT, harness_cli  # (this directory)
 
-ROOT = Path(__file__).resolve().parents[2]
-DIE = "myoChallengeDieReorientP1-v0"
 RECIPE = ROOT / "competitions" / "myochallenge_2022_die" / "adaptive.toml"
-
-try:
-    import myosuite  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
-
-    HAVE_MYOSUITE = True
-except ImportError:
-    HAVE_MYOSUITE = False
 
 pytestmark = pytest.mark.skipif(
     not HAVE_MYOSUITE,
     reason="MyoSuite is not installed: pip install 'harness[myo]' and pip install --no-deps "
     "myosuite==3.0.0",
 )
-
-
-def harness_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
 
 
 def wrapped(adaptive: dict[str, object]):  # type: ignore[no-untyped-def]
