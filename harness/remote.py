@@ -33,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 
 __all__ = [
     "ActorHandle",
@@ -80,6 +80,15 @@ class RemoteError(HarnessError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.remote_type, self.remote_message, self.remote_traceback))
+
+    def as_bad_input(self) -> HarnessError:
+        """A :class:`~harness.errors.ConfigError` the actor raised (bad input it found, such
+        as an env option its env checks only once stepped) as a local ``ConfigError`` with the
+        same message and no remote traceback, which is how harness reports bad input; any
+        other remote error as it is."""
+        if self.remote_type == qualified_name(ConfigError):
+            return ConfigError(self.remote_message)
+        return self
 
 
 def qualified_name(kind: type) -> str:

@@ -53,6 +53,7 @@ from harness.remote import (
     ActorOptions,
     Client,
     RemoteClass,
+    RemoteError,
     SupportsRemoteInference,
     SupportsReportMetrics,
     completions,
@@ -513,17 +514,23 @@ class FarmCollector(Collector):
     # -- the collector interface ---------------------------------------------------------
     def collect(self, run: Run, finished: list[Episode]) -> None:
         before = len(finished)
-        if self.stream:
-            self._stream(run, finished)
-        else:
-            # every actor's request goes out before the first result is awaited: the actors
-            # step their rollouts at once (requesting each in turn as the last one's result
-            # came in stepped them one at a time: N actors at one actor's rate)
-            depth = max(1, self.lag)
-            for slot in self.slots:
-                self._top_up(slot, depth)
-            chunks = [self._next_chunk(slot) for slot in self.slots]
-            self._observe(run, chunks, self.config.run.num_envs, finished)
+        try:
+            if self.stream:
+                self._stream(run, finished)
+            else:
+                # every actor's request goes out before the first result is awaited: the actors
+                # step their rollouts at once (requesting each in turn as the last one's result
+                # came in stepped them one at a time: N actors at one actor's rate)
+                depth = max(1, self.lag)
+                for slot in self.slots:
+                    self._top_up(slot, depth)
+                chunks = [self._next_chunk(slot) for slot in self.slots]
+                self._observe(run, chunks, self.config.run.num_envs, finished)
+        except RemoteError as exc:
+            bad_input = exc.as_bad_input()  # (an actor's ConfigError: reported as one here)
+            if bad_input is exc:
+                raise
+            raise bad_input from exc
         for _, _, episode_metrics in finished[before:]:  # the official score, for the monitor
             if "score" in episode_metrics:
                 self._scores.append(float(episode_metrics["score"]))

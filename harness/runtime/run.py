@@ -25,7 +25,7 @@ import numpy as np
 from harness.api import Agent, team_reward
 from harness.checkpoint import latest_checkpoint, save_checkpoint, write_atomic_text
 from harness.config import Config
-from harness.errors import CheckpointError, DivergedError, missing_extra
+from harness.errors import CheckpointError, ConfigError, DivergedError, missing_extra
 from harness.hookspecs import LOGGED_WINDOW
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
@@ -80,7 +80,7 @@ def train(
     baselines, tests) leave SIGTERM to their own process."""
     run = build_run(config, registry, pm, resume=resume)
     t_start = time.perf_counter()
-    stopped = started = False
+    stopped = started = bad_input = False
     ckpt: Path | None = None
     summary: dict[str, Any] = {}
     try:
@@ -112,11 +112,16 @@ def train(
         write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
         _plot(run)
         return result
+    except ConfigError:
+        # bad input found only once the envs stepped (an env option its env checks at its
+        # first step): the run has nothing to keep
+        bad_input = run.step == 0
+        raise
     finally:
         pm.hook.harness_run_end(run=run, summary=summary)
         run.router.close()
         run.envs.close()
-        if not started and resume is None:
+        if resume is None and (not started or bad_input):
             discard_run_dir(run.run_dir)
 
 

@@ -47,7 +47,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 from harness_myo.adaptive import AdaptiveRange, RangeLevel
 
 EPISODE_METRICS = "episode_metrics"
@@ -123,6 +123,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         metric_keys: tuple[str, ...] = (),
         alive_bonus: float = 0.0,
         forward_weight: float = 0.0,
+        progress: dict[str, float] | None = None,
         stage: int | None = None,
         adaptive: AdaptiveRange | None = None,
     ) -> None:
@@ -132,6 +133,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             metric_keys=metric_keys,
             alive_bonus=alive_bonus,
             forward_weight=forward_weight,
+            progress=progress,
             stage=stage,
             adaptive=adaptive,
         )
@@ -141,6 +143,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self.alive_bonus = alive_bonus
         self.forward_weight = forward_weight
         self._direction = track_direction(env) if forward_weight else 0.0
+        self.progress = dict(progress or {})
         self.stage = stage
         self.level = RangeLevel(adaptive, env) if adaptive is not None else None
         self._pending: dict[str, Any] = {}
@@ -157,6 +160,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self._sums = dict.fromkeys(self.metric_keys, 0.0)
         self._path: list[dict[str, Any]] = []
         self._last_root: tuple[float, float] | None = None  # (time, y) of the previous step
+        self._last_potential: float | None = None  # the progress potential after the last step
 
     # -- run-time changes (a curriculum; see harness.curriculum) ------------------------------
     def configure(self, **changes: Any) -> None:
@@ -205,6 +209,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             reward = float(reward) + self.forward_weight * self._speed(info)
         if not self._checked:
             self._check_keys(info)
+        if self.progress:
+            reward = float(reward) + self._progress(info)
         self._steps += 1
         solved = info.get("solved")
         if solved is not None:
@@ -235,6 +241,15 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             return 0.0
         return self._direction * (last[1] - now[1]) / (now[0] - last[0])
 
+    def _progress(self, info: dict[str, Any]) -> float:
+        """The change of the potential sum(weight x term) over this step, the terms being
+        MyoSuite's reward terms named in ``progress`` (0 on an episode's first step, whose
+        potential before it the env does not report)."""
+        terms = info["rwd_dict"]
+        now = sum(weight * scalar(terms[key]) for key, weight in self.progress.items())
+        last, self._last_potential = self._last_potential, now
+        return 0.0 if last is None else now - last
+
     def _metrics(self, terminated: bool) -> dict[str, float]:
         n = self._steps
         metrics = {"terminated": float(terminated)}
@@ -254,8 +269,9 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         return metrics
 
     def _check_keys(self, info: dict[str, Any]) -> None:
-        """``metric_keys`` must name scalar entries of the env's info (checked at the first
-        step: MyoSuite's info keys are only known then)."""
+        """``metric_keys`` must name scalar entries of the env's info, and ``progress`` reward
+        terms of its ``rwd_dict`` (checked at the first step: MyoSuite's info keys are only
+        known then)."""
         self._checked = True
         env_id = self.env.spec.id if self.env.spec is not None else type(self.env.unwrapped)
         scalars = sorted(k for k, v in info.items() if k not in ("obs_dict", "rwd_dict"))
@@ -266,4 +282,15 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                 raise ConfigError(
                     f"[env] metric_keys names {key!r}, which is not a number in {env_id}'s step "
                     f"info; its entries: {', '.join(scalars)}."
+                ) from None
+        terms = info.get("rwd_dict", {})
+        for key in self.progress:
+            try:
+                scalar(terms[key])
+            except (KeyError, TypeError, ValueError):
+                found = [k for k in terms if k != "dense"]
+                raise ConfigError(
+                    f"[env] progress names {key!r}, which is not one of {env_id}'s reward terms "
+                    f"(the rwd_dict of its step info); name the terms whose change should pay, "
+                    f"such as its distances.{did_you_mean(key, found)}"
                 ) from None

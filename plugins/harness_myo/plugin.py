@@ -9,7 +9,8 @@ gymnasium's ``AsyncVectorEnv``) with SAME_STEP autoreset, like every env plugin'
 
 What a pack adds in ``[env]``: ``kwargs`` for MyoSuite's constructor (its reward weights,
 goal ranges), ``alive_bonus`` (a shaping: MyoSuite's challenge rewards are mostly negative
-distances, so ending an episode early would pay), and a curriculum whose stages merge into
+distances, so ending an episode early would pay), ``progress`` (potential-based shaping: the
+change of named reward terms pays), and a curriculum whose stages merge into
 ``kwargs`` (:mod:`harness.curriculum`; a stage rebuilds each env with the new kwargs at its next
 episode), or a per-env adaptive goal range (``adaptive``, :mod:`harness_myo.adaptive`; training
 envs only, evaluations run the full range). The episode metrics include the challenge's
@@ -108,6 +109,13 @@ class MyoConfig:
     ahead of where the model starts, so a policy that has not yet reached it gets no signal
     for moving forward (a shaping, like MuJoCo locomotion's forward_reward_weight; the official
     score does not see it)."""
+    progress: dict[str, float] = field(default_factory=dict)
+    """Potential-based progress shaping (IARAI-JKU's Die reward): MyoSuite reward terms
+    (``rwd_dict`` keys) and weights, e.g. {pos_dist = 100.0, rot_dist = 100.0}; every step adds
+    the change of sum(weight x term) since the previous step (0 on an episode's first step).
+    MyoSuite's distance terms are negative distances, so moving towards the goal pays and
+    moving away costs the same, and an episode's total is its net approach: no standing
+    reward to farm, and none for ending early (the official score does not see it)."""
     curriculum: list[dict[str, Any]] = field(default_factory=list)
     """Stages (stage 0 first), each a table of [env] options; a stage's kwargs are merged into
     the current kwargs, so a stage can widen the goal ranges and keep the reward weights, e.g.
@@ -136,6 +144,12 @@ class MyoConfig:
             raise ValueError(f"success_steps = {self.success_steps!r}: expected an integer >= 0")
         if self.adaptive:
             AdaptiveRange.parse(self.adaptive)
+        for key, weight in self.progress.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise ValueError(
+                    f"progress = {{{key} = {weight!r}}}: expected a number, the weight of the "
+                    f"reward term {key!r} in the potential"
+                )
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(
                 f"render_mode = {self.render_mode!r}: expected one of {', '.join(RENDER_MODES)} "
@@ -231,6 +245,7 @@ def make_one(env_id: str, options: MyoConfig) -> Any:
         metric_keys=tuple(options.metric_keys),
         alive_bonus=float(options.alive_bonus),
         forward_weight=float(options.forward_weight),
+        progress={key: float(w) for key, w in options.progress.items()},
         stage=options.curriculum_stage if options.curriculum else None,
         adaptive=AdaptiveRange.parse(options.adaptive) if options.adaptive else None,
     )

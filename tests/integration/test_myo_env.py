@@ -190,6 +190,37 @@ def test_forward_weight_pays_the_distance_covered_down_the_track() -> None:
 
 
 @needs_myosuite
+def test_progress_pays_the_change_of_the_weighted_distances() -> None:
+    """Each step's progress term is the change of sum(weight x term) over MyoSuite's named
+    reward terms, here the die's negative distances to the goal, recomputed from the env's own
+    position and rotation errors (same seed, same actions: the envs differ only in the
+    shaping); a name that is not a reward term is refused at the first step."""
+    weights = {"pos_dist": 100.0, "rot_dist": 2.0}
+    plain = make(DIE, num_envs=1, seed=3)
+    shaped = make(DIE, num_envs=1, seed=3, progress=weights)
+    raw = shaped.envs[0].unwrapped
+    rng = np.random.default_rng(1)
+    extra, potential = [], []
+    for _ in range(25):
+        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
+        _, r0, term, trunc, _ = plain.step(action)
+        r1 = shaped.step(action)[1][0]
+        if term[0] or trunc[0]:
+            break  # (the env has reset: its errors are the next episode's)
+        extra.append(r1 - r0[0])
+        seen = raw._get_obs_dict(raw._accessor)  # (the env's errors, from its MuJoCo data)
+        pos = float(np.linalg.norm(seen["pos_err"]))
+        rot = float(np.linalg.norm(seen["rot_err"]))
+        potential.append(-weights["pos_dist"] * pos - weights["rot_dist"] * rot)
+    assert len(extra) > 10 and abs(extra[0]) < 1e-9  # (no potential before the first step)
+    assert np.ptp(potential) > 0.1  # (the die moved: the check below is not 0 == 0)
+    np.testing.assert_allclose(extra[1:], np.diff(potential), rtol=1e-5, atol=1e-6)
+    envs = make(DIE, num_envs=1, progress={"pos_dst": 1.0})
+    with pytest.raises(ConfigError, match=r"progress names 'pos_dst'.*'pos_dist'"):
+        envs.step(envs.action_space.sample())
+
+
+@needs_myosuite
 def test_nothing_touches_opengl_unless_frames_are_asked_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -243,6 +274,20 @@ def test_an_env_that_downloads_is_refused_at_start_up(tmp_path: Path, env_id: st
     out = tmp_path / "runs"
     args = ["run", "competitions/cartpole", "--set", f"env={env_id}", "--steps", "64"]
     assert_refused(harness_cli(args, out), out, env_id, "Hugging Face hub")
+
+
+@needs_myosuite
+@pytest.mark.parametrize("actors", [0, 1])
+def test_an_option_its_env_refuses_at_the_first_step_leaves_no_run(
+    tmp_path: Path, actors: int
+) -> None:
+    """MyoSuite's reward terms are known only once its env has stepped: a wrong name found
+    then, in this process or in a farm actor, is still one paragraph, exit 2, and no run
+    directory (the actor's error arrives as bad input, without its remote traceback)."""
+    out = tmp_path / "runs"
+    args = ["run", "competitions/myochallenge_2022_die", "--actors", str(actors), "--steps", "256"]
+    args += ["--set", "env.progress={pos_dst = 100.0}"]
+    assert_refused(harness_cli(args, out), out, "[env] progress names 'pos_dst'", "'pos_dist'")
 
 
 @pytest.mark.parametrize("blocked", ["myosuite", "termcolor"])
