@@ -275,8 +275,18 @@ def test_recurrent_impala_with_central_inference_solves_masked_cartpole(
     seed: int, tmp_path: Path
 ) -> None:
     """The per-actor check's env, budget and threshold (tests/integration/test_recurrent.py:
-    masked_impala.toml, a fresh 20-episode greedy mean >= 475), acted centrally."""
-    overrides = [f"seed={seed}", "inference='central'"]
+    masked_impala.toml, a fresh 20-episode greedy mean >= 475), acted centrally.
+
+    The run stops only at a policy that two 20-episode evaluations find perfect (500), not at
+    the pack's 475: central acting makes each run's timing, and so its training, differ, and a
+    run stopped at the first policy to pass 475 twice can be just at the threshold, where a
+    fresh 20-episode evaluation may fall below it (CI, 2026-12-04: 470.45, two of 20 episodes
+    dropped; here, 24 runs stopped at 475: 7 below 500 on fresh episodes, the lowest 481.7).
+    Run on to the whole budget instead, IMPALA's policy often collapses at the end (fresh
+    means 154, 205 and 371 in 6 runs). Stopped at 500: all of 18 runs (seeds 1 and 2, each
+    pinned to one core as under CI) gave 500 on fresh episodes, in the same 15-25 s.
+    """
+    overrides = [f"seed={seed}", "inference='central'", "stop_at_return=500.0"]
     result, rec = run_farm(tmp_path, overrides, files=(MASKED_IMPALA,))
     assert rec.central, "the farm did not act centrally"
     registry = collect_registry(make_plugin_manager())
