@@ -124,6 +124,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         alive_bonus: float = 0.0,
         forward_weight: float = 0.0,
         progress: dict[str, float] | None = None,
+        closeness: dict[str, tuple[float, float]] | None = None,
         stage: int | None = None,
         adaptive: AdaptiveRange | None = None,
     ) -> None:
@@ -134,6 +135,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             alive_bonus=alive_bonus,
             forward_weight=forward_weight,
             progress=progress,
+            closeness=closeness,
             stage=stage,
             adaptive=adaptive,
         )
@@ -144,6 +146,7 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         self.forward_weight = forward_weight
         self._direction = track_direction(env) if forward_weight else 0.0
         self.progress = dict(progress or {})
+        self.closeness = dict(closeness or {})  # term: (weight, scale)
         self.stage = stage
         self.level = RangeLevel(adaptive, env) if adaptive is not None else None
         self._pending: dict[str, Any] = {}
@@ -211,6 +214,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
             self._check_keys(info)
         if self.progress:
             reward = float(reward) + self._progress(info)
+        if self.closeness:
+            reward = float(reward) + self._closeness(info)
         self._steps += 1
         solved = info.get("solved")
         if solved is not None:
@@ -250,6 +255,16 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         last, self._last_potential = self._last_potential, now
         return 0.0 if last is None else now - last
 
+    def _closeness(self, info: dict[str, Any]) -> float:
+        """sum(weight x a / (d^2 + a)) over the reward terms named in ``closeness``, d being a
+        term's absolute value (MyoSuite's distance terms are negative distances)."""
+        terms = info["rwd_dict"]
+        total = 0.0
+        for key, (weight, scale) in self.closeness.items():
+            d = scalar(terms[key])
+            total += weight * scale / (d * d + scale)
+        return total
+
     def _metrics(self, terminated: bool) -> dict[str, float]:
         n = self._steps
         metrics = {"terminated": float(terminated)}
@@ -269,9 +284,9 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         return metrics
 
     def _check_keys(self, info: dict[str, Any]) -> None:
-        """``metric_keys`` must name scalar entries of the env's info, and ``progress`` reward
-        terms of its ``rwd_dict`` (checked at the first step: MyoSuite's info keys are only
-        known then)."""
+        """``metric_keys`` must name scalar entries of the env's info, and ``progress`` and
+        ``closeness`` reward terms of its ``rwd_dict`` (checked at the first step: MyoSuite's
+        info keys are only known then)."""
         self._checked = True
         env_id = self.env.spec.id if self.env.spec is not None else type(self.env.unwrapped)
         scalars = sorted(k for k, v in info.items() if k not in ("obs_dict", "rwd_dict"))
@@ -284,13 +299,15 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                     f"info; its entries: {', '.join(scalars)}."
                 ) from None
         terms = info.get("rwd_dict", {})
-        for key in self.progress:
+        named = [(key, "progress", "whose change should pay") for key in self.progress]
+        named += [(key, "closeness", "whose closeness to 0 should pay") for key in self.closeness]
+        for key, option, what in named:
             try:
                 scalar(terms[key])
             except (KeyError, TypeError, ValueError):
                 found = [k for k in terms if k != "dense"]
                 raise ConfigError(
-                    f"[env] progress names {key!r}, which is not one of {env_id}'s reward terms "
-                    f"(the rwd_dict of its step info); name the terms whose change should pay, "
-                    f"such as its distances.{did_you_mean(key, found)}"
+                    f"[env] {option} names {key!r}, which is not one of {env_id}'s reward terms "
+                    f"(the rwd_dict of its step info); name the terms {what}, such as its "
+                    f"distances.{did_you_mean(key, found)}"
                 ) from None

@@ -10,7 +10,8 @@ gymnasium's ``AsyncVectorEnv``) with SAME_STEP autoreset, like every env plugin'
 What a pack adds in ``[env]``: ``kwargs`` for MyoSuite's constructor (its reward weights,
 goal ranges), ``alive_bonus`` (a shaping: MyoSuite's challenge rewards are mostly negative
 distances, so ending an episode early would pay), ``progress`` (potential-based shaping: the
-change of named reward terms pays), and a curriculum whose stages merge into
+change of named reward terms pays), ``closeness`` (a bounded reward a / (d^2 + a) of named
+distances), and a curriculum whose stages merge into
 ``kwargs`` (:mod:`harness.curriculum`; a stage rebuilds each env with the new kwargs at its next
 episode), or a per-env adaptive goal range (``adaptive``, :mod:`harness_myo.adaptive`; training
 envs only, evaluations run the full range). The episode metrics include the challenge's
@@ -116,6 +117,13 @@ class MyoConfig:
     MyoSuite's distance terms are negative distances, so moving towards the goal pays and
     moving away costs the same, and an episode's total is its net approach: no standing
     reward to farm, and none for ending early (the official score does not see it)."""
+    closeness: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Bounded closeness rewards (PKU-MARL's rotation reward for Die Reorient, 2022, has this
+    form): MyoSuite reward terms (``rwd_dict`` keys, distances) with a ``weight`` and a
+    ``scale`` a, e.g. {rot_dist = {weight = 10.0, scale = 0.07}}; every step adds
+    weight x a / (d^2 + a), d being the term's absolute value: the full weight at the goal,
+    half at d = sqrt(a), falling off beyond, so the last few degrees pay far more than under
+    a linear distance (the official score does not see it)."""
     curriculum: list[dict[str, Any]] = field(default_factory=list)
     """Stages (stage 0 first), each a table of [env] options; a stage's kwargs are merged into
     the current kwargs, so a stage can widen the goal ranges and keep the reward weights, e.g.
@@ -150,11 +158,28 @@ class MyoConfig:
                     f"progress = {{{key} = {weight!r}}}: expected a number, the weight of the "
                     f"reward term {key!r} in the potential"
                 )
+        for key, table in self.closeness.items():
+            _check_closeness(key, table)
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(
                 f"render_mode = {self.render_mode!r}: expected one of {', '.join(RENDER_MODES)} "
                 f"or unset (harness runs headless: 'human' would open a window)"
             )
+
+
+def _check_closeness(key: str, table: Any) -> None:
+    """One ``closeness`` entry: a table of a number ``weight`` and a positive ``scale``."""
+    example = f"closeness = {{{key} = {{weight = 10.0, scale = 0.07}}}}"
+    if not isinstance(table, Mapping) or set(table) != {"weight", "scale"}:
+        raise ValueError(
+            f"closeness = {{{key} = {table!r}}}: expected a table of the weight and the scale "
+            f"a of weight x a / (d^2 + a), e.g. {example}"
+        )
+    for name, value in table.items():
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not number or (name == "scale" and not value > 0):
+            need = "a positive number" if name == "scale" else "a number"
+            raise ValueError(f"closeness = {{{key} = {{{name} = {value!r}}}}}: expected {need}")
 
 
 def accepts(env_id: str) -> bool:
@@ -246,6 +271,9 @@ def make_one(env_id: str, options: MyoConfig) -> Any:
         alive_bonus=float(options.alive_bonus),
         forward_weight=float(options.forward_weight),
         progress={key: float(w) for key, w in options.progress.items()},
+        closeness={
+            key: (float(t["weight"]), float(t["scale"])) for key, t in options.closeness.items()
+        },
         stage=options.curriculum_stage if options.curriculum else None,
         adaptive=AdaptiveRange.parse(options.adaptive) if options.adaptive else None,
     )

@@ -15,6 +15,7 @@ The tests that need MyoSuite skip naming the extra (``pip install 'harness[myo]'
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 import warnings
@@ -217,6 +218,44 @@ def test_progress_pays_the_change_of_the_weighted_distances() -> None:
     np.testing.assert_allclose(extra[1:], np.diff(potential), rtol=1e-5, atol=1e-6)
     envs = make(DIE, num_envs=1, progress={"pos_dst": 1.0})
     with pytest.raises(ConfigError, match=r"progress names 'pos_dst'.*'pos_dist'"):
+        envs.step(envs.action_space.sample())
+
+
+@needs_myosuite
+def test_closeness_pays_the_bounded_kernel_of_the_rotation_distance() -> None:
+    """Each step's closeness term is weight x a / (d^2 + a), d being the die's rotation
+    distance to the goal recomputed from the env's own rotation error (same seed, same
+    actions); a malformed table is refused when the options are read, and a name that is not
+    a reward term at the first step."""
+    weight, scale = 10.0, 0.07
+    plain = make(DIE, num_envs=1, seed=3)
+    shaped = make(
+        DIE, num_envs=1, seed=3, closeness={"rot_dist": {"weight": weight, "scale": scale}}
+    )
+    raw = shaped.envs[0].unwrapped
+    rng = np.random.default_rng(2)
+    extra, expected = [], []
+    for _ in range(25):
+        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
+        _, r0, term, trunc, _ = plain.step(action)
+        r1 = shaped.step(action)[1][0]
+        if term[0] or trunc[0]:
+            break  # (the env has reset: its errors are the next episode's)
+        extra.append(r1 - r0[0])
+        rot = float(np.linalg.norm(raw._get_obs_dict(raw._accessor)["rot_err"]))
+        expected.append(weight * scale / (rot * rot + scale))
+    assert len(extra) > 10
+    assert np.ptp(expected) > 0.05  # (the die turned: the check below is not constant == constant)
+    np.testing.assert_allclose(extra, expected, rtol=1e-5, atol=1e-6)
+    for bad, says in [
+        ({"rot_dist": 10.0}, "expected a table of the weight and the scale"),
+        ({"rot_dist": {"weight": 1.0, "scale": 0.0}}, "scale = 0.0}}: expected a positive"),
+        ({"rot_dist": {"weight": "1", "scale": 0.1}}, "weight = '1'}}: expected a number"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            make(DIE, closeness=bad)
+    envs = make(DIE, num_envs=1, closeness={"rot_dst": {"weight": 1.0, "scale": 0.1}})
+    with pytest.raises(ConfigError, match=r"closeness names 'rot_dst'.*'rot_dist'"):
         envs.step(envs.action_space.sample())
 
 

@@ -262,6 +262,7 @@ PACKS = ROOT / "competitions"
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/curriculum.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/adaptive.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/progress.toml"],
+        ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/closeness.toml"],
         ["myochallenge_2024_osl/pack.toml"],
     ],
 )
