@@ -190,6 +190,33 @@ def test_forward_weight_pays_the_distance_covered_down_the_track() -> None:
         make(DIE, forward_weight=1.0)
 
 
+def shaping_and_distances(
+    action_seed: int, **options: Any
+) -> tuple[list[float], list[float], list[float]]:
+    """Steps a plain Die env and one with the shaping ``options`` side by side (same seed, same
+    uniform random actions from ``action_seed``) until the first episode ends, at most 25
+    steps: what the shaping added to each step's reward, and the die's position and rotation
+    distances to the goal after the step, from the shaped env's own MuJoCo data."""
+    plain = make(DIE, num_envs=1, seed=3)
+    shaped = make(DIE, num_envs=1, seed=3, **options)
+    raw = shaped.envs[0].unwrapped
+    rng = np.random.default_rng(action_seed)
+    extra: list[float] = []
+    pos: list[float] = []
+    rot: list[float] = []
+    for _ in range(25):
+        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
+        _, r0, term, trunc, _ = plain.step(action)
+        r1 = shaped.step(action)[1][0]
+        if term[0] or trunc[0]:
+            break  # (the env has reset: its errors are the next episode's)
+        extra.append(float(r1 - r0[0]))
+        seen = raw._get_obs_dict(raw._accessor)  # (the env's errors, from its MuJoCo data)
+        pos.append(float(np.linalg.norm(seen["pos_err"])))
+        rot.append(float(np.linalg.norm(seen["rot_err"])))
+    return extra, pos, rot
+
+
 @needs_myosuite
 def test_progress_pays_the_change_of_the_weighted_distances() -> None:
     """Each step's progress term is the change of sum(weight x term) over MyoSuite's named
@@ -197,22 +224,8 @@ def test_progress_pays_the_change_of_the_weighted_distances() -> None:
     position and rotation errors (same seed, same actions: the envs differ only in the
     shaping); a name that is not a reward term is refused at the first step."""
     weights = {"pos_dist": 100.0, "rot_dist": 2.0}
-    plain = make(DIE, num_envs=1, seed=3)
-    shaped = make(DIE, num_envs=1, seed=3, progress=weights)
-    raw = shaped.envs[0].unwrapped
-    rng = np.random.default_rng(1)
-    extra, potential = [], []
-    for _ in range(25):
-        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
-        _, r0, term, trunc, _ = plain.step(action)
-        r1 = shaped.step(action)[1][0]
-        if term[0] or trunc[0]:
-            break  # (the env has reset: its errors are the next episode's)
-        extra.append(r1 - r0[0])
-        seen = raw._get_obs_dict(raw._accessor)  # (the env's errors, from its MuJoCo data)
-        pos = float(np.linalg.norm(seen["pos_err"]))
-        rot = float(np.linalg.norm(seen["rot_err"]))
-        potential.append(-weights["pos_dist"] * pos - weights["rot_dist"] * rot)
+    extra, pos, rot = shaping_and_distances(1, progress=weights)
+    potential = -weights["pos_dist"] * np.asarray(pos) - weights["rot_dist"] * np.asarray(rot)
     assert len(extra) > 10 and abs(extra[0]) < 1e-9  # (no potential before the first step)
     assert np.ptp(potential) > 0.1  # (the die moved: the check below is not 0 == 0)
     np.testing.assert_allclose(extra[1:], np.diff(potential), rtol=1e-5, atol=1e-6)
@@ -228,22 +241,9 @@ def test_closeness_pays_the_bounded_kernel_of_the_rotation_distance() -> None:
     actions); a malformed table is refused when the options are read, and a name that is not
     a reward term at the first step."""
     weight, scale = 10.0, 0.07
-    plain = make(DIE, num_envs=1, seed=3)
-    shaped = make(
-        DIE, num_envs=1, seed=3, closeness={"rot_dist": {"weight": weight, "scale": scale}}
-    )
-    raw = shaped.envs[0].unwrapped
-    rng = np.random.default_rng(2)
-    extra, expected = [], []
-    for _ in range(25):
-        action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
-        _, r0, term, trunc, _ = plain.step(action)
-        r1 = shaped.step(action)[1][0]
-        if term[0] or trunc[0]:
-            break  # (the env has reset: its errors are the next episode's)
-        extra.append(r1 - r0[0])
-        rot = float(np.linalg.norm(raw._get_obs_dict(raw._accessor)["rot_err"]))
-        expected.append(weight * scale / (rot * rot + scale))
+    table = {"rot_dist": {"weight": weight, "scale": scale}}
+    extra, _, rot = shaping_and_distances(2, closeness=table)
+    expected = weight * scale / (np.asarray(rot) ** 2 + scale)
     assert len(extra) > 10
     assert np.ptp(expected) > 0.05  # (the die turned: the check below is not constant == constant)
     np.testing.assert_allclose(extra, expected, rtol=1e-5, atol=1e-6)
