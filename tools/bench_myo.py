@@ -404,6 +404,7 @@ def measure_farm(env_id: str, args: argparse.Namespace) -> list[dict[str, Any]]:
 # -- part 4: training, serial against a farm ------------------------------------------------
 PACKS = {
     "myoChallengeDieReorientP1-v0": "myochallenge_2022_die",
+    "myoChallengeRelocateP1-v0": "myochallenge_2023_relocate",
     "myoChallengeOslRunFixed-v0": "myochallenge_2024_osl",
 }
 """The pack that trains each id (part 4)."""

@@ -110,6 +110,17 @@ def scalar(value: Any) -> float:
     return float(np.mean(value))
 
 
+def shaping_term(info: dict[str, Any], key: str) -> float:
+    """The value of a shaping term (``[env] progress``, ``closeness``) at this step: MyoSuite's
+    reward term ``key`` (its ``rwd_dict``), or else minus the length of the observation-dict
+    vector ``key``, an error vector such as Relocate's ``reach_err`` (palm minus object), so
+    that it reads as a negative distance like MyoSuite's own distance terms."""
+    terms = info["rwd_dict"]
+    if key in terms:
+        return scalar(terms[key])
+    return -float(np.linalg.norm(info["obs_dict"][key]))
+
+
 class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
     """Per-step info of a MyoSuite env in, episode metrics out (see the module docstring).
     It records its arguments so that ``env.spec`` can rebuild it (gymnasium's ``check_env``
@@ -248,20 +259,19 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
 
     def _progress(self, info: dict[str, Any]) -> float:
         """The change of the potential sum(weight x term) over this step, the terms being
-        MyoSuite's reward terms named in ``progress`` (0 on an episode's first step, whose
+        those named in ``progress`` (:func:`shaping_term`; 0 on an episode's first step, whose
         potential before it the env does not report)."""
-        terms = info["rwd_dict"]
-        now = sum(weight * scalar(terms[key]) for key, weight in self.progress.items())
+        now = sum(weight * shaping_term(info, key) for key, weight in self.progress.items())
         last, self._last_potential = self._last_potential, now
         return 0.0 if last is None else now - last
 
     def _closeness(self, info: dict[str, Any]) -> float:
-        """sum(weight x a / (d^2 + a)) over the reward terms named in ``closeness``, d being a
-        term's absolute value (MyoSuite's distance terms are negative distances)."""
-        terms = info["rwd_dict"]
+        """sum(weight x a / (d^2 + a)) over the terms named in ``closeness``
+        (:func:`shaping_term`), d being a term's absolute value (MyoSuite's distance terms are
+        negative distances)."""
         total = 0.0
         for key, (weight, scale) in self.closeness.items():
-            d = scalar(terms[key])
+            d = shaping_term(info, key)
             total += weight * scale / (d * d + scale)
         return total
 
@@ -285,8 +295,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
 
     def _check_keys(self, info: dict[str, Any]) -> None:
         """``metric_keys`` must name scalar entries of the env's info, and ``progress`` and
-        ``closeness`` reward terms of its ``rwd_dict`` (checked at the first step: MyoSuite's
-        info keys are only known then)."""
+        ``closeness`` reward terms of its ``rwd_dict`` or vectors of its ``obs_dict`` (checked
+        at the first step: MyoSuite's info keys are only known then)."""
         self._checked = True
         env_id = self.env.spec.id if self.env.spec is not None else type(self.env.unwrapped)
         scalars = sorted(k for k, v in info.items() if k not in ("obs_dict", "rwd_dict"))
@@ -299,15 +309,26 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                     f"info; its entries: {', '.join(scalars)}."
                 ) from None
         terms = info.get("rwd_dict", {})
+        vectors = {k: v for k, v in info.get("obs_dict", {}).items() if np.ndim(v) == 1}
         named = [(key, "progress", "whose change should pay") for key in self.progress]
         named += [(key, "closeness", "whose closeness to 0 should pay") for key in self.closeness]
         for key, option, what in named:
+            if key in vectors and key not in terms:
+                continue  # an error vector, by its length
             try:
                 scalar(terms[key])
             except (KeyError, TypeError, ValueError):
                 found = [k for k in terms if k != "dense"]
                 raise ConfigError(
-                    f"[env] {option} names {key!r}, which is not one of {env_id}'s reward terms "
-                    f"(the rwd_dict of its step info); name the terms {what}, such as its "
-                    f"distances.{did_you_mean(key, found)}"
+                    f"[env] {option} names {key!r}, which is neither one of {env_id}'s reward "
+                    f"terms (the rwd_dict of its step info) nor a vector of its observation dict "
+                    f"(an error vector such as {_example_error(vectors)}, counted by its "
+                    f"length); name the terms {what}, such as its distances."
+                    f"{did_you_mean(key, [*found, *vectors])}"
                 ) from None
+
+
+def _example_error(vectors: dict[str, Any]) -> str:
+    """An observation-dict vector to name in an error message: an ``*_err`` one if any."""
+    errors = sorted(k for k in vectors if k.endswith("_err"))
+    return ", ".join(errors) if errors else "pos_err"

@@ -260,6 +260,25 @@ def test_closeness_pays_the_bounded_kernel_of_the_rotation_distance() -> None:
 
 
 @needs_myosuite
+def test_a_shaping_term_can_be_an_error_vector_of_the_observation_dict() -> None:
+    """A name that is not a reward term but a vector of MyoSuite's observation dict counts as
+    minus its length (Relocate's reach_err, palm minus object, has no reward term): here the
+    die's pos_err, whose length is recomputed from the env's own MuJoCo data; a misspelt
+    vector name is refused at the first step with the vector suggested."""
+    weight, scale = 2.0, 0.001
+    extra, pos, _ = shaping_and_distances(
+        3, closeness={"pos_err": {"weight": weight, "scale": scale}}
+    )
+    expected = weight * scale / (np.asarray(pos) ** 2 + scale)
+    assert len(extra) > 10
+    assert np.ptp(expected) > 0.01  # (the die moved)
+    np.testing.assert_allclose(extra, expected, rtol=1e-5, atol=1e-6)
+    envs = make(DIE, num_envs=1, progress={"pos_er": 1.0})
+    with pytest.raises(ConfigError, match=r"nor a vector of its observation dict.*'pos_err'"):
+        envs.step(envs.action_space.sample())
+
+
+@needs_myosuite
 def test_nothing_touches_opengl_unless_frames_are_asked_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,17 +1,18 @@
 """The MyoChallenge packs: the official score, the evaluation protocols, the curriculum and the
-learning checks (competitions/myochallenge_2022_die, competitions/myochallenge_2024_osl).
+learning checks (competitions/myochallenge_2022_die, competitions/myochallenge_2023_relocate,
+competitions/myochallenge_2024_osl).
 
 * The official score (episode metric ``score``, logged as ``charts/score``) equals MyoSuite's
-  own ``get_metrics`` recomputed over all the recorded episodes of a raw env, for a
-  success-rate task (Die Reorient) and a distance task (OslRun).
+  own ``get_metrics`` recomputed over all the recorded episodes of a raw env, for two
+  success-rate tasks (Die Reorient, Relocate) and a distance task (OslRun).
 * ``harness eval RUN --protocol official`` evaluates on the phase-2 env and prints the score;
   a protocol that does not exist, or one for an env without protocols, exits 2 naming the fix.
 * A curriculum stage changes the env's constructor kwargs in every env, serially and on a farm.
 * Learning checks (CI): a few minutes of each pack's recipe (Die Reorient on a 2-actor farm,
-  OslRun serially) clearly beat both a random policy and a zero-activation policy (every muscle
-  at rest) on the shaped return, measured here. OslRun's needs its recipe's 20 ms control step
-  and time-correlated exploration noise (``algo.noise_correlation``): with white noise at 10 ms
-  the training return crept up ~15% in 400k steps (docs/competitions.md).
+  Relocate and OslRun serially) clearly beat both a random policy and a zero-activation policy
+  (every muscle at rest) on the shaped return, measured here. OslRun's needs its recipe's
+  20 ms control step and time-correlated exploration noise (``algo.noise_correlation``): with
+  white noise at 10 ms the training return crept up ~15% in 400k steps (docs/competitions.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DIE = "myoChallengeDieReorientP1-v0"
 OSL = "myoChallengeOslRunFixed-v0"
+RELOCATE = "myoChallengeRelocateP1-v0"
 
 try:
     import myosuite  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
@@ -99,6 +101,7 @@ class Recorder:
     [
         # thresholds wide enough that random actions solve it on some steps of some episodes
         (DIE, {"pos_th": 0.1, "rot_th": 1.5}, None),
+        (RELOCATE, {"pos_th": 0.3}, None),  # (the goals lie 25-35 cm from the cube)
         # OslRun places the model 1 m behind start_pos at each reset; a start line moved 0.4 m
         # back after the reset makes random stumbles end on both sides of it (negative track
         # fractions, which the official score clips only after the mean)
@@ -263,6 +266,8 @@ PACKS = ROOT / "competitions"
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/adaptive.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/progress.toml"],
         ["myochallenge_2022_die/pack.toml", "myochallenge_2022_die/closeness.toml"],
+        ["myochallenge_2023_relocate/pack.toml"],
+        ["myochallenge_2023_relocate/pack.toml", "myochallenge_2023_relocate/lattice.toml"],
         ["myochallenge_2024_osl/pack.toml"],
     ],
 )
@@ -312,6 +317,14 @@ LEARNING = {
     # at rest holds it all 150 steps but away from the goal (~550); the pack's PPO passes 1.2x
     # the rest policy at ~210k steps (baselines/myochallenge_die_p1: 520 at 184k, 1016 at 266k)
     "die": ("competitions/myochallenge_2022_die", ["run.total_steps=250000", "run.actors=2"]),
+    # Relocate, phase 1: the arm at rest keeps its palm ~6 cm from the cube (return ~98),
+    # random actions 63; the pack's PPO, serially on one core, is at 1.65x and 1.76x the rest
+    # policy at 295k and 303k steps (seed 1, 2026-12-05; its return ~1.2-1.6x from 100k to
+    # 250k), the object then ~20 cm from the goal on average against ~31 at rest.
+    "relocate": (
+        "competitions/myochallenge_2023_relocate",
+        ["run.total_steps=300000", "run.actors=0", "backend.threads=1"],
+    ),
     # OslRun, flat track, 20 ms steps: every policy falls within ~1.6 s of the running start;
     # random 89, rest 116 (24 episodes here); the pack's PPO with correlated noise is at 1.25x,
     # 1.2x and 1.45x the rest policy at 300k steps, ~7 minutes on one core (docs/competitions.md:
