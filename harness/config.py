@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import textwrap
 import tomllib
 import types
@@ -555,10 +556,13 @@ def write_resolved(config: Config, directory: Path, extra: Mapping[str, Any]) ->
 
 
 def dump_toml(data: Mapping[str, Mapping[str, Any]]) -> str:
-    """A minimal TOML writer for sections of scalars, lists and flat tables."""
+    """A TOML writer for config sections: a section's scalars and lists as ``key = value``,
+    its tables as ``[section.key]``, and tables within those (a MyoSuite env's
+    ``kwargs.weighted_reward_keys``, a curriculum's stages, ``closeness`` entries) as inline
+    tables, at any depth; keys that are not bare (``"obj_pos[2]"``) are quoted."""
     lines: list[str] = []
     for section, values in data.items():
-        lines.append(f"[{section}]")
+        lines.append(f"[{_toml_key(section)}]")
         nested = []
         for key, value in values.items():
             if value is None:
@@ -566,12 +570,22 @@ def dump_toml(data: Mapping[str, Mapping[str, Any]]) -> str:
             if isinstance(value, dict):
                 nested.append((key, value))
                 continue
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
         for key, table in nested:
-            lines.append(f"[{section}.{key}]")
-            lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+            lines.append(f"[{_toml_key(section)}.{_toml_key(key)}]")
+            lines.extend(
+                f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None
+            )
         lines.append("")
     return "\n".join(lines)
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    """A TOML key: bare where it may be, else a quoted string."""
+    return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
 def _toml_value(value: Any) -> str:
@@ -585,6 +599,11 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = (
+            f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return "{" + ", ".join(items) + "}"
     return json.dumps(str(value))
 
 

@@ -146,6 +146,45 @@ def test_dump_toml_round_trips(registry: Registry, tmp_path: Path) -> None:
     assert again.to_dict() == cfg.to_dict()
 
 
+PACKS = Path(__file__).resolve().parents[2] / "competitions"
+PACK_FILES = sorted(
+    [p] if p.name == "pack.toml" else [p.parent / "pack.toml", p] for p in PACKS.glob("*/*.toml")
+)
+
+
+@pytest.mark.parametrize(
+    "files",
+    PACK_FILES,
+    ids=["+".join(f"{f.parent.name}/{f.stem}" for f in fs) for fs in PACK_FILES],
+)
+def test_every_pack_and_recipe_round_trips_through_the_run_directorys_config_toml(
+    registry: Registry, tmp_path: Path, files: list[Path]
+) -> None:
+    """``config.toml`` in a run directory is a runnable pack file (``harness run RUN/config.toml``,
+    ``--resume``): every pack with each of its recipes, written out and read back, resolves to
+    the same config, nested tables included (a MyoSuite env's kwargs.weighted_reward_keys,
+    curriculum stages, closeness entries; once written as Python reprs in strings, so a resumed
+    Die run handed MyoSuite a string for its reward weights)."""
+    cfg = resolve(layer(files[0], files[1:], [], environ={}), registry)
+    text = dump_toml(cfg.to_dict())
+    again = resolve(layer(write(tmp_path, "again.toml", text), environ={}), registry)
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_dump_toml_writes_nested_tables_and_quotes_keys_that_are_not_bare() -> None:
+    import tomllib
+
+    data = {
+        "env": {
+            "kwargs": {"weighted_reward_keys": {"pos_dist": 100.0, "solved": 10.0}},
+            "progress": {"obj_pos[2]": 50.0},
+            "curriculum": [{"kwargs": {"goal_rot": [-0.785, 0.785]}}, {"kwargs": {}}],
+            "name": 'a "quoted" value',
+        }
+    }
+    assert tomllib.loads(dump_toml(data)) == data
+
+
 def test_did_you_mean_knows_spellings_and_abbreviations() -> None:
     from harness.errors import did_you_mean
 
