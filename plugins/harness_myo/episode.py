@@ -41,6 +41,8 @@ the path costs ~2 us per step against MyoSuite's ~1 ms.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -110,15 +112,45 @@ def scalar(value: Any) -> float:
     return float(np.mean(value))
 
 
+_PART = re.compile(r"^(\w+)\[(\d+)(?::(\d+))?\]$")
+
+
+@functools.lru_cache(maxsize=256)
+def split_term(key: str) -> tuple[str, int | slice | None]:
+    """A shaping term's name as (observation-dict entry, part): ``obj_pos[2]`` -> ("obj_pos",
+    2), ``pos_err[0:2]`` -> ("pos_err", slice(0, 2)), a plain name -> (name, None)."""
+    found = _PART.match(key)
+    if found is None:
+        return key, None
+    start = int(found.group(2))
+    if found.group(3) is None:
+        return found.group(1), start
+    return found.group(1), slice(start, int(found.group(3)))
+
+
+def _fits(vector: Any, part: int | slice | None) -> bool:
+    """Whether ``part`` (:func:`split_term`) picks at least one component of ``vector``."""
+    size = int(np.size(vector))
+    if isinstance(part, slice):
+        return int(part.start) < min(int(part.stop), size)
+    return part is None or part < size
+
+
 def shaping_term(info: dict[str, Any], key: str) -> float:
     """The value of a shaping term (``[env] progress``, ``closeness``) at this step: MyoSuite's
-    reward term ``key`` (its ``rwd_dict``), or else minus the length of the observation-dict
-    vector ``key``, an error vector such as Relocate's ``reach_err`` (palm minus object), so
-    that it reads as a negative distance like MyoSuite's own distance terms."""
+    reward term ``key`` (its ``rwd_dict``); else, for ``NAME``, minus the length of the
+    observation-dict vector NAME, an error vector such as Relocate's ``reach_err`` (palm minus
+    object), so that it reads as a negative distance like MyoSuite's own distance terms; for
+    ``NAME[i:j]``, minus the length of its components i to j-1 (``pos_err[0:2]``: the
+    horizontal distance); for ``NAME[i]``, component i as it is (``obj_pos[2]``: a height)."""
     terms = info["rwd_dict"]
     if key in terms:
         return scalar(terms[key])
-    return -float(np.linalg.norm(info["obs_dict"][key]))
+    name, part = split_term(key)
+    vector = np.ravel(info["obs_dict"][name])
+    if isinstance(part, int):
+        return float(vector[part])
+    return -float(np.linalg.norm(vector if part is None else vector[part]))
 
 
 class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
@@ -313,8 +345,9 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         named = [(key, "progress", "whose change should pay") for key in self.progress]
         named += [(key, "closeness", "whose closeness to 0 should pay") for key in self.closeness]
         for key, option, what in named:
-            if key in vectors and key not in terms:
-                continue  # an error vector, by its length
+            name, part = split_term(key)
+            if key not in terms and name in vectors and _fits(vectors[name], part):
+                continue  # a vector (or part of one) by its length, or one component of one
             try:
                 scalar(terms[key])
             except (KeyError, TypeError, ValueError):
@@ -323,8 +356,10 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
                     f"[env] {option} names {key!r}, which is neither one of {env_id}'s reward "
                     f"terms (the rwd_dict of its step info) nor a vector of its observation dict "
                     f"(an error vector such as {_example_error(vectors)}, counted by its "
-                    f"length); name the terms {what}, such as its distances."
-                    f"{did_you_mean(key, [*found, *vectors])}"
+                    f"length) nor part of one (NAME[i] for a component, NAME[i:j] for the "
+                    f"length of components i to j-1, within its length); name the terms {what}, "
+                    f"such as its distances."
+                    f"{did_you_mean(name, [*found, *vectors])}"
                 ) from None
 
 

@@ -114,7 +114,8 @@ class MyoConfig:
     """Potential-based progress shaping (IARAI-JKU's Die reward): MyoSuite reward terms
     (``rwd_dict`` keys) and weights, e.g. {pos_dist = 100.0, rot_dist = 100.0}, or vectors of its
     observation dict, counted as minus their length (Relocate's ``reach_err``, palm minus
-    object: a negative distance like MyoSuite's own); every step adds
+    object: a negative distance like MyoSuite's own), "NAME[i:j]" as minus the length of
+    components i to j-1 and "NAME[i]" as component i ("obj_pos[2]": a height); every step adds
     the change of sum(weight x term) since the previous step (0 on an episode's first step).
     MyoSuite's distance terms are negative distances, so moving towards the goal pays and
     moving away costs the same, and an episode's total is its net approach: no standing
@@ -122,7 +123,7 @@ class MyoConfig:
     closeness: dict[str, dict[str, float]] = field(default_factory=dict)
     """Bounded closeness rewards (PKU-MARL's rotation reward for Die Reorient, 2022, has this
     form): MyoSuite reward terms (``rwd_dict`` keys, distances) or observation-dict error
-    vectors (by their length, as in ``progress``) with a ``weight`` and a ``scale`` a, e.g.
+    vectors or parts of them (as in ``progress``) with a ``weight`` and a ``scale`` a, e.g.
     {rot_dist = {weight = 10.0, scale = 0.07}}; every step adds
     weight x a / (d^2 + a), d being the term's absolute value: the full weight at the goal,
     half at d = sqrt(a), falling off beyond, so the last few degrees pay far more than under

@@ -192,11 +192,12 @@ def test_forward_weight_pays_the_distance_covered_down_the_track() -> None:
 
 def shaping_and_distances(
     action_seed: int, **options: Any
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], np.ndarray]:
     """Steps a plain Die env and one with the shaping ``options`` side by side (same seed, same
     uniform random actions from ``action_seed``) until the first episode ends, at most 25
     steps: what the shaping added to each step's reward, and the die's position and rotation
-    distances to the goal after the step, from the shaped env's own MuJoCo data."""
+    distances to the goal after the step, and its position error vectors (steps x 3), from the
+    shaped env's own MuJoCo data."""
     plain = make(DIE, num_envs=1, seed=3)
     shaped = make(DIE, num_envs=1, seed=3, **options)
     raw = shaped.envs[0].unwrapped
@@ -204,6 +205,7 @@ def shaping_and_distances(
     extra: list[float] = []
     pos: list[float] = []
     rot: list[float] = []
+    errors: list[np.ndarray] = []
     for _ in range(25):
         action = rng.uniform(-1.0, 1.0, plain.action_space.shape).astype(np.float32)
         _, r0, term, trunc, _ = plain.step(action)
@@ -212,9 +214,10 @@ def shaping_and_distances(
             break  # (the env has reset: its errors are the next episode's)
         extra.append(float(r1 - r0[0]))
         seen = raw._get_obs_dict(raw._accessor)  # (the env's errors, from its MuJoCo data)
+        errors.append(np.array(seen["pos_err"], dtype=float))
         pos.append(float(np.linalg.norm(seen["pos_err"])))
         rot.append(float(np.linalg.norm(seen["rot_err"])))
-    return extra, pos, rot
+    return extra, pos, rot, np.asarray(errors)
 
 
 @needs_myosuite
@@ -224,7 +227,7 @@ def test_progress_pays_the_change_of_the_weighted_distances() -> None:
     position and rotation errors (same seed, same actions: the envs differ only in the
     shaping); a name that is not a reward term is refused at the first step."""
     weights = {"pos_dist": 100.0, "rot_dist": 2.0}
-    extra, pos, rot = shaping_and_distances(1, progress=weights)
+    extra, pos, rot, _ = shaping_and_distances(1, progress=weights)
     potential = -weights["pos_dist"] * np.asarray(pos) - weights["rot_dist"] * np.asarray(rot)
     assert len(extra) > 10 and abs(extra[0]) < 1e-9  # (no potential before the first step)
     assert np.ptp(potential) > 0.1  # (the die moved: the check below is not 0 == 0)
@@ -242,7 +245,7 @@ def test_closeness_pays_the_bounded_kernel_of_the_rotation_distance() -> None:
     a reward term at the first step."""
     weight, scale = 10.0, 0.07
     table = {"rot_dist": {"weight": weight, "scale": scale}}
-    extra, _, rot = shaping_and_distances(2, closeness=table)
+    extra, _, rot, _ = shaping_and_distances(2, closeness=table)
     expected = weight * scale / (np.asarray(rot) ** 2 + scale)
     assert len(extra) > 10
     assert np.ptp(expected) > 0.05  # (the die turned: the check below is not constant == constant)
@@ -260,22 +263,31 @@ def test_closeness_pays_the_bounded_kernel_of_the_rotation_distance() -> None:
 
 
 @needs_myosuite
-def test_a_shaping_term_can_be_an_error_vector_of_the_observation_dict() -> None:
+def test_a_shaping_term_can_be_an_observation_vector_or_part_of_one() -> None:
     """A name that is not a reward term but a vector of MyoSuite's observation dict counts as
-    minus its length (Relocate's reach_err, palm minus object, has no reward term): here the
-    die's pos_err, whose length is recomputed from the env's own MuJoCo data; a misspelt
-    vector name is refused at the first step with the vector suggested."""
+    minus its length (Relocate's reach_err, palm minus object, has no reward term), NAME[i:j]
+    as minus the length of components i to j-1 (a horizontal distance), and NAME[i] as
+    component i itself (obj_pos[2]: a height); here the die's pos_err, recomputed from the
+    env's own MuJoCo data. A misspelt vector, or a part past its end, is refused at the first
+    step with the vector suggested."""
     weight, scale = 2.0, 0.001
-    extra, pos, _ = shaping_and_distances(
-        3, closeness={"pos_err": {"weight": weight, "scale": scale}}
-    )
+    table = {"pos_err": {"weight": weight, "scale": scale}}
+    extra, pos, _, _ = shaping_and_distances(3, closeness=table)
     expected = weight * scale / (np.asarray(pos) ** 2 + scale)
     assert len(extra) > 10
     assert np.ptp(expected) > 0.01  # (the die moved)
     np.testing.assert_allclose(extra, expected, rtol=1e-5, atol=1e-6)
-    envs = make(DIE, num_envs=1, progress={"pos_er": 1.0})
-    with pytest.raises(ConfigError, match=r"nor a vector of its observation dict.*'pos_err'"):
-        envs.step(envs.action_space.sample())
+    extra, _, _, errors = shaping_and_distances(3, progress={"pos_err[2]": 100.0})
+    assert np.ptp(errors[:, 2]) > 1e-3  # (it moved up or down)
+    np.testing.assert_allclose(extra[1:], 100.0 * np.diff(errors[:, 2]), rtol=1e-5, atol=1e-6)
+    extra, _, _, errors = shaping_and_distances(3, progress={"pos_err[0:2]": 100.0})
+    flat = -np.linalg.norm(errors[:, :2], axis=1)
+    np.testing.assert_allclose(extra[1:], 100.0 * np.diff(flat), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(flat, -np.linalg.norm(errors, axis=1))  # (not the whole length)
+    for bad in ({"pos_er": 1.0}, {"pos_err[3]": 1.0}, {"pos_err[3:5]": 1.0}):
+        envs = make(DIE, num_envs=1, progress=bad)
+        with pytest.raises(ConfigError, match=r"nor part of one.*'pos_err'"):
+            envs.step(envs.action_space.sample())
 
 
 @needs_myosuite
