@@ -319,7 +319,7 @@ LEARNING = {
     "die": ("competitions/myochallenge_2022_die", ["run.total_steps=250000", "run.actors=2"]),
     # Relocate, phase 1: the arm at rest keeps its palm ~6 cm from the cube (return ~98),
     # random actions 63; the pack's PPO, serially on one core, is at 1.65x and 1.76x the rest
-    # policy at 295k and 303k steps (seed 1, 2026-12-05; its return ~1.2-1.6x from 100k to
+    # policy at 295k and 303k steps (seed 1, 2026-12-05; its windows 1.18-1.6x from 100k to
     # 250k), the object then ~20 cm from the goal on average against ~31 at rest.
     "relocate": (
         "competitions/myochallenge_2023_relocate",
