@@ -556,26 +556,17 @@ def write_resolved(config: Config, directory: Path, extra: Mapping[str, Any]) ->
 
 
 def dump_toml(data: Mapping[str, Mapping[str, Any]]) -> str:
-    """A TOML writer for config sections: a section's scalars and lists as ``key = value``,
-    its tables as ``[section.key]``, and tables within those (a MyoSuite env's
-    ``kwargs.weighted_reward_keys``, a curriculum's stages, ``closeness`` entries) as inline
-    tables, at any depth; keys that are not bare (``"obj_pos[2]"``) are quoted."""
+    """A TOML writer for config sections: ``[section]`` then ``key = value`` per option, tables
+    (a MyoSuite env's ``kwargs``, a curriculum's stages, ``closeness`` entries) as inline tables
+    at any depth, keys that are not bare (``"obj_pos[2]"``) quoted."""
     lines: list[str] = []
     for section, values in data.items():
         lines.append(f"[{_toml_key(section)}]")
-        nested = []
-        for key, value in values.items():
-            if value is None:
-                continue  # TOML has no null: leaving the key out restores the default None
-            if isinstance(value, dict):
-                nested.append((key, value))
-                continue
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-        for key, table in nested:
-            lines.append(f"[{_toml_key(section)}.{_toml_key(key)}]")
-            lines.extend(
-                f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None
-            )
+        lines.extend(
+            f"{_toml_key(k)} = {_toml_value(v)}"
+            for k, v in values.items()
+            if v is not None  # TOML has no null: leaving the key out restores the default None
+        )
         lines.append("")
     return "\n".join(lines)
 
