@@ -57,3 +57,51 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker is None or not hasattr(os, "sched_setaffinity"):
         return
     pin_worker(worker)
+
+
+def spread_heavy(items: list[Any], workers: int) -> list[Any]:
+    """``items`` reordered so that xdist's worksteal scheduler starts each worker on its share
+    of the ``heavy`` tests (minutes each on one pinned core).
+
+    worksteal hands worker ``i`` the next ``len(rest) // (workers - i)`` items of the collection
+    in order and later lets an idle worker steal the tail of a busy worker's queue, never the
+    test it is running: heavy tests that sit together in one worker's share run one after the
+    other on its core while the other worker idles (CI, 2026-12-05: the three MyoChallenge
+    learning checks, 1,040 s, in one share). Here they are dealt longest first to the least
+    loaded worker (their ``seconds``) and put at the head of that worker's share; the other
+    tests keep their order. Returns ``items`` unchanged when a share would not hold its heavy
+    tests."""
+    heavy = sorted(
+        (item for item in items if item.get_closest_marker("heavy")),
+        key=lambda item: -float(item.get_closest_marker("heavy").kwargs.get("seconds", 0)),
+    )
+    if workers <= 1 or not heavy:
+        return items
+    loads = [0.0] * workers
+    shares: list[list[Any]] = [[] for _ in range(workers)]
+    for item in heavy:
+        k = loads.index(min(loads))
+        shares[k].append(item)
+        loads[k] += float(item.get_closest_marker("heavy").kwargs.get("seconds", 0))
+    chosen = {id(item) for item in heavy}
+    rest = [item for item in items if id(item) not in chosen]
+    ordered: list[Any] = []
+    left = len(items)
+    for i, share in enumerate(shares):
+        size = left // (workers - i)
+        if size < len(share):
+            return items
+        fill = size - len(share)
+        ordered += share + rest[:fill]
+        rest = rest[fill:]
+        left -= size
+    return ordered
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: the shares are of what runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # on the xdist workers only (each collects, and each orders the same way); the order is
+    # meant for worksteal, the scheduler tools/dev.sh asks for, and harmless under the others
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        items[:] = spread_heavy(items, int(worker["workercount"]))

@@ -77,6 +77,7 @@ def _pids_in(netns: str) -> list[int]:
 
 
 @pytest.mark.skipif(IN_NETNS, reason="this is the namespace run")
+@pytest.mark.heavy(seconds=117)  # CI, 2026-12-05 (tests/conftest.py spreads heavy tests)
 def test_ray_suite_in_a_private_network_namespace(tmp_path: Path) -> None:
     if not _netns_works():
         pytest.skip("needs `unshare -n` and iproute2 (root) for a loopback-only namespace")

@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import pin_threads, worker_cores
+from conftest import pin_threads, spread_heavy, worker_cores
 
 from harness.cpus import cpu_share
 
@@ -79,3 +80,79 @@ def test_an_xdist_worker_runs_on_its_own_cores(request: pytest.FixtureRequest) -
     for task in os.listdir("/proc/self/task"):  # the threads execnet started before the pin
         assert os.sched_getaffinity(int(task)) == mine, f"thread {task}"
     assert cpu_share() == len(mine)
+
+
+def test_heavy_tests_start_each_worker_spread_longest_first(tmp_path: Path) -> None:
+    """Three heavy tests that sit together in the first worker's share of the collection are
+    dealt out (longest first, to the least loaded worker) and each worker starts on its own;
+    the shares are of the tests left after ``-m`` deselected some (as the suite's ``slow``)."""
+    pytest.importorskip("xdist")
+    shutil.copy(Path(__file__).resolve().parents[1] / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    heavy(seconds): minutes on one core\n    slow: deselected\n",
+        encoding="utf-8",
+    )
+    slow = "".join(
+        f"@pytest.mark.slow\ndef test_slow_{i}():\n    log('slow')\n\n" for i in range(4)
+    )
+    light = "".join(f"def test_light_{i}():\n    log('light_{i}')\n\n" for i in range(9))
+    heavy = "".join(
+        f"@pytest.mark.heavy(seconds={s})\ndef test_heavy_{s}():\n    log('heavy_{s}')\n\n"
+        for s in (20, 30, 10)
+    )
+    (tmp_path / "test_order.py").write_text(
+        "import os\nimport pytest\n\n"
+        "def log(name):\n"
+        "    with open(os.environ['PYTEST_XDIST_WORKER'] + '.log', 'a') as f:\n"
+        "        f.write(name + '\\n')\n\n"
+        + slow
+        + light[: len(light) // 3]
+        + heavy
+        + light[len(light) // 3 :],
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "worksteal",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "-q",
+            ".",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = {p.stem: p.read_text(encoding="utf-8").split() for p in tmp_path.glob("gw*.log")}
+    assert sorted(t for names in ran.values() for t in names) == sorted(
+        [f"light_{i}" for i in range(9)] + ["heavy_10", "heavy_20", "heavy_30"]
+    )
+    firsts = sorted(names[0] for names in ran.values())
+    assert firsts == ["heavy_20", "heavy_30"], ran  # each worker starts on its longest
+    (second,) = [names for names in ran.values() if names[0] == "heavy_20"]
+    assert second[1] == "heavy_10", ran  # the least loaded worker takes the third
+
+
+def test_spreading_heavy_tests_leaves_an_order_it_cannot_fill() -> None:
+    class Item:
+        def __init__(self, seconds: float | None) -> None:
+            self.mark = None if seconds is None else pytest.mark.heavy(seconds=seconds).mark
+
+        def get_closest_marker(self, name: str) -> Any:
+            return self.mark if name == "heavy" else None
+
+    items = [Item(None), Item(5), Item(3), Item(None)]
+    assert spread_heavy(items, 2) == [items[1], items[0], items[2], items[3]]
+    assert spread_heavy(items, 1) == items
+    three = [Item(1), Item(1), Item(1)]  # shares of 1 and 2 items: the first holds 2 heavies
+    assert spread_heavy(three, 2) == three
