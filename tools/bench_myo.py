@@ -32,14 +32,17 @@ OslRunFixed), each number against a limit measured in the same run:
    sequence; ``2 processes``: two raw loops in two fresh processes at once for ``--seconds``
    (summed; what this machine's cores really give, the ceiling the target ignores); ``farm``:
    ``harness.runtime.train`` on the id with ``run.algo = "random"`` (uniform actions, no
-   learning: the learner only receives), ``run.actors = 2``, ``run.num_envs = 2`` (one env per
-   actor), ZeroMQ embedded farm, no evaluation, checkpoints or trackers, one torch thread: the
-   env steps the learner received per second over a ``--seconds`` window that opens
-   ``--warmup`` s after both actors delivered a rollout (tools/bench_osim.py's probe).
-   Reported: the medians of the three rates, farm / 2r (the target) and farm / 2 processes,
-   each round's ratios taken within the round, and the cores the learner, the actors and the
-   machine's other processes used over the farm window (read the last before trusting a run:
-   the machine is shared).
+   learning: the learner only receives), ``run.actors = 2``, ``run.num_envs = 2 x E`` for each
+   ``E`` of ``--farm-envs`` (envs per actor: 1 and 8 by default; the packs ship 8), ZeroMQ
+   embedded farm, no evaluation, checkpoints or trackers, one torch thread: the env steps the
+   learner received per second over a ``--seconds`` window that opens ``--warmup`` s after both
+   actors delivered a rollout (tools/bench_osim.py's probe); ``r_E`` (each ``E`` > 1): ``E``
+   raw envs stepped in turn in this process, what one actor's ``E`` envs cost without harness
+   (a process stepping several MuJoCo models makes fewer steps/s than one stepping one).
+   Reported: the medians of the rates, farm / 2r (the target), farm / 2 r_E and farm / 2
+   processes, each round's ratios taken within the round, and the cores the learner, the
+   actors and the machine's other processes used over the farm window (read the last before
+   trusting a run: the machine is shared).
 
 4. **training, serial against a farm** (``--ppo-repeats`` rounds, 0 by default; only ids with
    a pack: :data:`PACKS`): the pack as shipped (PPO, its envs, reward and network), trained
@@ -81,7 +84,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,15 +229,23 @@ def run_round(
 
 def raw_steps_per_s(env: Any, actions: np.ndarray, seconds: float) -> float:
     """The raw loop cycling ``actions`` for ``seconds`` of wall time (resets included)."""
-    env.reset(seed=0)
+    return raw_many_steps_per_s([env], actions, seconds)
+
+
+def raw_many_steps_per_s(envs: Sequence[Any], actions: np.ndarray, seconds: float) -> float:
+    """Raw loops over ``envs`` in turn, one step each (as an actor's vector env steps its
+    envs), cycling ``actions`` for ``seconds`` of wall time: env steps/s, resets included."""
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
     n, steps = len(actions), 0
     t0 = time.perf_counter()
     end = t0 + seconds
     while True:
-        _, _, terminated, truncated, _ = env.step(actions[steps % n])
-        steps += 1
-        if terminated or truncated:
-            env.reset()
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(actions[steps % n])
+            steps += 1
+            if terminated or truncated:
+                env.reset()
         if time.perf_counter() >= end:
             return steps / (time.perf_counter() - t0)
 
@@ -328,13 +339,14 @@ def probed_run(
     return probe
 
 
-def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
-    """One 2-actor farm run with the random policy (see the module docstring)."""
+def farm(env_id: str, args: argparse.Namespace, envs: int) -> dict[str, float]:
+    """One 2-actor farm run with the random policy, ``envs`` envs per actor (see the module
+    docstring)."""
     overrides = [
         f"run.env='{env_id}'",
         "run.algo='random'",
         "run.actors=2",
-        "run.num_envs=2",
+        f"run.num_envs={2 * envs}",
         "backend.threads=1",
     ]
     probe = probed_run(None, overrides, args, f"{env_id}: the farm run")
@@ -356,10 +368,17 @@ def farm(env_id: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def farm_round(
-    env_id: str, env: Any, actions: np.ndarray, args: argparse.Namespace, k: int
+    env_id: str,
+    env: Any,
+    actions: np.ndarray,
+    args: argparse.Namespace,
+    k: int,
+    many: Mapping[int, Sequence[Any]],
 ) -> dict[str, Any]:
-    """Round ``k`` of part 3: r, the 2-process ceiling and the farm, in an order rotated by
-    ``k``; their rates and the round's ratios."""
+    """Round ``k`` of part 3: r, the 2-process ceiling, the farm (once per ``--farm-envs``) and,
+    for each ``E`` > 1 of them, ``r_E``: the raw loops over ``many[E]`` (``E`` envs) in turn in
+    this process, in an order rotated by ``k``; their rates and the round's ratios
+    (``farm_of_2r``, ``farm_of_pair``, ``farm_of_2rE``: dicts by envs per actor)."""
     row: dict[str, Any] = {}
 
     def single() -> None:
@@ -371,15 +390,29 @@ def farm_round(
         if not args.no_pair:
             row["pair"] = pair_rate(env_id, args.seconds, args.seed + k)
 
-    def farmed() -> None:
-        row["farm"] = farm(env_id, args)
+    row["farm"], row["r_envs"] = {}, {}
 
-    parts = [single, pair, farmed]
-    for part in parts[k % 3 :] + parts[: k % 3]:
+    def farmed(envs: int) -> None:
+        row["farm"][envs] = farm(env_id, args, envs)
+
+    def single_many(envs: int) -> None:
+        row["r_envs"][envs] = raw_many_steps_per_s(many[envs], actions, args.seconds)
+
+    parts: list[Callable[[], None]] = [
+        single,
+        pair,
+        *(functools.partial(farmed, e) for e in args.farm_envs),
+        *(functools.partial(single_many, e) for e in many),
+    ]
+    for part in parts[k % len(parts) :] + parts[: k % len(parts)]:
         part()
-    f = row["farm"]["steps_per_s"]
-    row["farm_of_2r"] = f / (2 * row["r"])
-    row["farm_of_pair"] = f / row["pair"] if row.get("pair") else None
+    rates = {e: f["steps_per_s"] for e, f in row["farm"].items()}
+    row["farm_of_2r"] = {e: f / (2 * row["r"]) for e, f in rates.items()}
+    row["farm_of_pair"] = (
+        {e: f / row["pair"] for e, f in rates.items()} if row.get("pair") else None
+    )
+    row["r_envs"][1] = row["r"]
+    row["farm_of_2rE"] = {e: f / (2 * row["r_envs"][e]) for e, f in rates.items()}
     return row
 
 
@@ -388,16 +421,25 @@ def measure_farm(env_id: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     env = raw_env(env_id)
     actions = draw_actions(env.action_space, 5000, args.seed)
     raw_steps_per_s(env, actions[:WARM_STEPS], 0.2)
+    many = {e: [raw_env(env_id) for _ in range(e)] for e in args.farm_envs if e > 1}
+    for envs in many.values():
+        raw_many_steps_per_s(envs, actions[:WARM_STEPS], 0.2)
     rounds: list[dict[str, Any]] = []
     for k in range(args.farm_repeats):
-        row = farm_round(env_id, env, actions, args, k)
+        row = farm_round(env_id, env, actions, args, k, many)
         rounds.append(row)
+        farmed = ", ".join(
+            f"{e} env(s) per actor {f['steps_per_s']:.0f}" for e, f in row["farm"].items()
+        )
         print(
             f"  {env_id} farm round {k + 1}/{args.farm_repeats}: r {row['r']:.0f}, 2 processes "
-            f"{row.get('pair', float('nan')):.0f}, farm {row['farm']['steps_per_s']:.0f} steps/s",
+            f"{row.get('pair', float('nan')):.0f}, farm {farmed} steps/s",
             file=sys.stderr,
         )
     env.close()
+    for envs in many.values():
+        for one in envs:
+            one.close()
     return rounds
 
 
@@ -473,9 +515,10 @@ def step_table(results: dict[str, dict[str, Any]]) -> list[str]:
 
 def farm_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines = [
-        "| env | raw r, 1 process | 2 r | 2 raw processes at once | farm, 2 actors | "
-        "**farm / 2r** | farm / 2 processes | learner cores | actors cores | others' cores |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| env | raw r, 1 process | 2 r | 2 raw processes at once | envs per actor E | raw "
+        "r_E, E envs in 1 process | farm, 2 actors | **farm / 2r** | farm / 2 r_E | farm / "
+        "2 processes | learner cores | actors cores | others' cores |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for env_id, rounds in results.items():
 
@@ -484,14 +527,25 @@ def farm_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
             return statistics.median(values) if values else float("nan")
 
         r = med(lambda x: x["r"])
-        lines.append(
-            f"| {env_id} | {r:.0f} | {2 * r:.0f} | {med(lambda x: x.get('pair')):.0f} | "
-            f"{med(lambda x: x['farm']['steps_per_s']):.0f} | "
-            f"**{med(lambda x: x['farm_of_2r']):.1%}** | {med(lambda x: x['farm_of_pair']):.1%} | "
-            f"{med(lambda x: x['farm']['learner_cores']):.2f} | "
-            f"{med(lambda x: x['farm']['actors_cores']):.2f} | "
-            f"{med(lambda x: x['farm']['others_cores']):.2f} |"
-        )
+        for e in rounds[0]["farm"]:
+
+            def of(x: dict[str, Any], key: str, e: int = e) -> float | None:
+                return x[key][e] if x.get(key) else None
+
+            def cores(x: dict[str, Any], key: str, e: int = e) -> float:
+                return float(x["farm"][e][key])
+
+            lines.append(
+                f"| {env_id} | {r:.0f} | {2 * r:.0f} | {med(lambda x: x.get('pair')):.0f} | {e} | "
+                f"{med(lambda x: of(x, 'r_envs')):.0f} | "
+                f"{med(lambda x: cores(x, 'steps_per_s')):.0f} | "
+                f"**{med(lambda x: of(x, 'farm_of_2r')):.1%}** | "
+                f"{med(lambda x: of(x, 'farm_of_2rE')):.1%} | "
+                f"{med(lambda x: of(x, 'farm_of_pair')):.1%} | "
+                f"{med(lambda x: cores(x, 'learner_cores')):.2f} | "
+                f"{med(lambda x: cores(x, 'actors_cores')):.2f} | "
+                f"{med(lambda x: cores(x, 'others_cores')):.2f} |"
+            )
     return lines
 
 
@@ -538,6 +592,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="parts 1-2: steps a contender takes before the next one's turn (0: whole rounds)",
     )
     p.add_argument("--farm-repeats", type=int, default=3, help="rounds of part 3")
+    p.add_argument(
+        "--farm-envs",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="part 3: envs per farm actor, one farm per value each round (the packs ship 8)",
+    )
     p.add_argument("--warmup", type=float, default=5.0, help="farm: seconds after it is up")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-control", action="store_true", help="skip the A/A raw control")
@@ -562,6 +623,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.error(f"--ppo-repeats: no pack trains {', '.join(unknown)} (packs: {', '.join(PACKS)})")
     if args.repeats < 1 or args.farm_repeats < 1 or args.seconds <= 0:
         p.error("--repeats and --farm-repeats must be >= 1 and --seconds > 0")
+    if min(args.farm_envs) < 1 or len(set(args.farm_envs)) < len(args.farm_envs):
+        p.error("--farm-envs: distinct numbers of envs per actor, each >= 1")
 
     load0, t_start = os.getloadavg(), time.monotonic()
     steps: dict[str, dict[str, Any]] = {}
