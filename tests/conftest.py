@@ -71,10 +71,12 @@ def spread_heavy(items: list[Any], workers: int) -> list[Any]:
     loaded worker (their ``seconds``) and put at the head of that worker's share; the other
     tests keep their order. Returns ``items`` unchanged when a share would not hold its heavy
     tests."""
-    heavy = sorted(
-        (item for item in items if item.get_closest_marker("heavy")),
-        key=lambda item: -float(item.get_closest_marker("heavy").kwargs.get("seconds", 0)),
-    )
+    seconds = {
+        id(item): float(mark.kwargs.get("seconds", 0))
+        for item in items
+        if (mark := item.get_closest_marker("heavy")) is not None
+    }
+    heavy = sorted((item for item in items if id(item) in seconds), key=lambda i: -seconds[id(i)])
     if workers <= 1 or not heavy:
         return items
     loads = [0.0] * workers
@@ -82,9 +84,8 @@ def spread_heavy(items: list[Any], workers: int) -> list[Any]:
     for item in heavy:
         k = loads.index(min(loads))
         shares[k].append(item)
-        loads[k] += float(item.get_closest_marker("heavy").kwargs.get("seconds", 0))
-    chosen = {id(item) for item in heavy}
-    rest = [item for item in items if id(item) not in chosen]
+        loads[k] += seconds[id(item)]
+    rest = [item for item in items if id(item) not in seconds]
     ordered: list[Any] = []
     left = len(items)
     for i, share in enumerate(shares):
