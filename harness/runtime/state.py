@@ -139,16 +139,20 @@ class Run:
     """Where experience comes from: the envs of this process, remote actors or, for an
     offline agent, nothing; set when training starts."""
     env_changes: dict[str, Any] = field(default_factory=dict)
-    """``[env]`` options changed during the run by :meth:`update_env` (kept in checkpoints)."""
+    """``[env]`` options changed during the run by :meth:`update_env` or recorded by
+    :meth:`remember_env` (kept in checkpoints; a resumed run applies them)."""
 
-    def update_env(self, **changes: Any) -> None:
-        """Change ``[env]`` options of the running envs (a curriculum): every env, here and in
-        every farm actor (replacements and evaluation envs are built with them), gets
-        ``configure(**changes)``, which takes effect at its next episode. Env plugins that
-        support it document which options may change."""
+    def remember_env(self, **changes: Any) -> None:
+        """Record ``[env]`` options for a resumed run to give its envs (:meth:`update_env` at
+        the restore) without changing the running envs: for state the envs keep themselves
+        and a resumed run would otherwise start again without (harness_myo's adaptive goal
+        range records each logged mean range here)."""
+        self._check_env_options(changes)
+        self.env_changes.update(changes)
+
+    def _check_env_options(self, changes: dict[str, Any]) -> Any:
+        """The current ``[env]`` options, which must have every option in ``changes``."""
         current: Any = self.config.env
-        if not changes:
-            return
         if current is None or not dataclasses.is_dataclass(current) or isinstance(current, type):
             raise ConfigError(f"{self.config.run.env!r} has no [env] options to change.")
         names = {f.name for f in dataclasses.fields(current)}
@@ -158,6 +162,16 @@ class Run:
                 f"update_env: [env] has no option {', '.join(map(repr, unknown))} "
                 f"(options: {', '.join(sorted(names))})."
             )
+        return current
+
+    def update_env(self, **changes: Any) -> None:
+        """Change ``[env]`` options of the running envs (a curriculum): every env, here and in
+        every farm actor (replacements and evaluation envs are built with them), gets
+        ``configure(**changes)``, which takes effect at its next episode. Env plugins that
+        support it document which options may change."""
+        if not changes:
+            return
+        current = self._check_env_options(changes)
         self.config = dataclasses.replace(self.config, env=dataclasses.replace(current, **changes))
         self.env_changes.update(changes)
         configure_envs(self.envs, changes)
@@ -201,5 +215,5 @@ def restore_runner_state(run: Run, state: dict[str, Any]) -> None:
     run.history = [(int(a), float(b)) for a, b in state["history"]]
     run.eval_history = [(int(a), float(b)) for a, b in state["eval_history"]]
     run.recent.extend(state["recent"])
-    if state.get("env_changes"):  # a curriculum's stage goes on where it was
+    if state.get("env_changes"):  # a curriculum's stage, an adaptive range go on where they were
         run.update_env(**state["env_changes"])

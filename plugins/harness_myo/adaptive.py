@@ -18,15 +18,21 @@ widening (theirs says so, as a known slip); here the next widening waits for ``w
 at the new range.
 
 A training aid only: greedy evaluations (``eval/`` metrics, ``harness eval``) build their envs
-without it (``EnvSpec.evaluation_options``), on the env's full range. The half-widths live in
-the envs, not the checkpoint: a resumed run starts again from ``start`` (each env climbs back
-in ``window`` episodes per step where the policy already solves it).
+without it (``EnvSpec.evaluation_options``), on the env's full range.
+
+The half-widths live in the envs (farm actors among them), not in the checkpoint. Each logged
+window records :func:`resume_point` (``Run.remember_env``): the rule with ``start`` at the
+envs' mean half-width and ``threshold`` decayed by the widenings that took it there, which a
+resumed run gives every env. So a resumed run goes on from the mean range, every env at it
+(the spread between envs is not kept), instead of climbing back from ``start`` (``window``
+episodes per widening: ~0.8 million steps from +-6 to +-27 degrees with 16 envs).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from harness.errors import ConfigError, did_you_mean
@@ -106,6 +112,20 @@ class AdaptiveRange:
         return rule
 
 
+def resume_point(table: Mapping[str, Any], mean_half_width: float) -> dict[str, Any]:
+    """The ``[env] adaptive`` table a resumed run gives its envs when the envs' mean
+    half-width was ``mean_half_width`` under rule ``table``: ``start`` there (never below the
+    rule's) and ``threshold`` decayed as by the widenings from ``start`` to there."""
+    rule = AdaptiveRange.parse(table)
+    start = max(float(mean_half_width), float(rule.start))
+    widenings = round(math.log(start / rule.start) / math.log(rule.growth))
+    threshold = rule.threshold
+    if widenings > 0:
+        decayed = rule.threshold * rule.threshold_decay**widenings
+        threshold = max(decayed, rule.threshold_min)
+    return {**asdict(rule), "start": start, "threshold": threshold}
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -154,6 +174,17 @@ class RangeLevel:
         self._env = base
         if hasattr(self, "half_width"):
             self.half_width = min(self.half_width, self.full_half_width)
+
+    def resume(self, rule: AdaptiveRange) -> None:
+        """Go on under ``rule`` (a resumed run's :func:`resume_point`): its start as the
+        half-width and its threshold where that start is wider than this env's range; it
+        never narrows."""
+        self.rule = rule
+        start = min(float(rule.start), self.full_half_width)
+        if start > self.half_width:
+            self.half_width = start
+            self.threshold = float(rule.threshold)
+            self._recent.clear()
 
     def before_reset(self) -> None:
         """Set the env's range to the current half-width (the env draws from it at reset)."""

@@ -211,8 +211,10 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
     # -- run-time changes (a curriculum; see harness.curriculum) ------------------------------
     def configure(self, **changes: Any) -> None:
         """New [env] options, taking effect at the next reset: ``kwargs`` (the env is rebuilt
-        with them) and ``curriculum_stage``; other options cannot change during a run."""
-        fixed = sorted(set(changes) - {"kwargs", "curriculum_stage"})
+        with them), ``curriculum_stage`` and ``adaptive`` (a resumed run's adaptive range,
+        :func:`harness_myo.adaptive.resume_point`; an env without one, such as an evaluation
+        env, ignores it); other options cannot change during a run."""
+        fixed = sorted(set(changes) - {"kwargs", "curriculum_stage", "adaptive"})
         if fixed:
             raise ConfigError(
                 f"[env] {', '.join(fixed)} cannot change during a run (a curriculum stage may set "
@@ -224,6 +226,8 @@ class MyoEpisodeWrapper(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstru
         changes, self._pending = self._pending, {}
         if "curriculum_stage" in changes:
             self.stage = int(changes["curriculum_stage"])
+        if changes.get("adaptive") and self.level is not None:
+            self.level.resume(AdaptiveRange.parse(changes["adaptive"]))
         if "kwargs" in changes:
             old = self.env
             spec = old.spec

@@ -43,8 +43,9 @@ from harness import hookimpl
 from harness.curriculum import advance as advance_curriculum
 from harness.curriculum import apply_stage
 from harness.errors import ConfigError, MissingExtraError, did_you_mean
+from harness.hookspecs import LOGGED_WINDOW
 from harness.registry import EnvSpec
-from harness_myo.adaptive import AdaptiveRange
+from harness_myo.adaptive import AdaptiveRange, resume_point
 from harness_myo.challenges import protocols
 
 DEPENDS_ON = ("harness_gymnasium",)
@@ -146,7 +147,8 @@ class MyoConfig:
     (1.1) when the mean ``metric`` (solved_fraction) of its last ``window`` (20) episodes
     reaches ``threshold`` (0.85, x ``threshold_decay`` 0.99 at each widening, not below
     ``threshold_min`` 0.3), up to the env's own range. Training only: evaluations run the
-    full range. Die Reorient: goal_rot or goal_pos."""
+    full range. A resumed run's envs go on from the last logged mean range. Die Reorient:
+    goal_rot or goal_pos."""
 
     def __post_init__(self) -> None:
         steps = self.max_episode_steps
@@ -392,9 +394,15 @@ def harness_configure(config: Any) -> None:
 @hookimpl
 def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
     """Advance the curriculum when the logged window mean of its metric reaches the stage's
-    threshold (farm actors, evaluation and replacement envs follow)."""
-    if isinstance(run.config.env, MyoConfig):
-        advance_curriculum(run, metrics, CURRICULUM_MERGE)
+    threshold (farm actors, evaluation and replacement envs follow); record where an adaptive
+    goal range stands, for a resumed run (:func:`harness_myo.adaptive.resume_point`)."""
+    options = run.config.env
+    if not isinstance(options, MyoConfig):
+        return
+    advance_curriculum(run, metrics, CURRICULUM_MERGE)
+    mean_range = metrics.get("charts/adaptive_range")
+    if options.adaptive and LOGGED_WINDOW in metrics and mean_range is not None:
+        run.remember_env(adaptive=resume_point(options.adaptive, mean_range))
 
 
 @hookimpl

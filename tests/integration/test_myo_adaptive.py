@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_myo_packs import DIE, HAVE_MYOSUITE, ROOT, harness_cli  # (this directory)
+from test_myo_packs import DIE, HAVE_MYOSUITE, ROOT, harness_cli, rows_of  # (this directory)
 
 RECIPE = ROOT / "competitions" / "myochallenge_2022_die" / "adaptive.toml"
 
@@ -147,6 +147,81 @@ def test_a_run_logs_the_range_and_evaluates_without_it(tmp_path: Path) -> None:
     assert ranges and all(0.1 - 1e-9 <= x <= 1.57 for x in ranges)
     assert any(r.get("eval/score") for r in rows)
     assert not any(r.get("eval/adaptive_range") for r in rows)  # evaluated without it
+
+
+def test_a_resume_point_starts_at_the_mean_range_with_the_threshold_its_widenings_left() -> None:
+    from harness_myo.adaptive import resume_point
+
+    rule = {"key": "goal_rot", "start": 0.1, "threshold": 0.85}
+    point = resume_point(rule, 0.1 * 1.1**5)  # five widenings from the start
+    assert point["start"] == pytest.approx(0.1 * 1.1**5)
+    assert point["threshold"] == pytest.approx(0.85 * 0.99**5)
+    assert point["key"] == "goal_rot" and point["window"] == 20  # the rest of the rule kept
+    again = resume_point(point, 0.1 * 1.1**8)  # a resumed run's own point: 3 more widenings
+    assert again["threshold"] == pytest.approx(0.85 * 0.99**8)
+    assert resume_point(rule, 0.05) == {**point, "start": 0.1, "threshold": 0.85}
+    low = resume_point({**rule, "threshold_decay": 0.5}, 0.1 * 1.1**5)
+    assert low["threshold"] == 0.3  # not below threshold_min
+
+
+def test_an_env_goes_on_from_a_resume_point_and_never_narrows() -> None:
+    from harness_myo.adaptive import AdaptiveRange
+
+    env = wrapped({"key": "goal_rot", "start": 0.1, "window": 3})
+    env.configure(adaptive={"key": "goal_rot", "start": 0.4, "window": 3, "threshold": 0.7})
+    env.reset(seed=0)  # (options change at a reset)
+    assert env.level.half_width == pytest.approx(0.4)
+    assert env.level.threshold == pytest.approx(0.7)
+    assert np.all(np.abs(goal_angles(env)) <= 0.4 + 1e-6)
+    env.level.resume(AdaptiveRange.parse({"key": "goal_rot", "start": 0.2}))
+    assert env.level.half_width == pytest.approx(0.4)  # a narrower point leaves the range
+    env.level.resume(AdaptiveRange.parse({"key": "goal_rot", "start": 9.0}))
+    assert env.level.half_width == pytest.approx(1.57)  # capped at the task's range
+    env.close()
+
+
+def test_a_resumed_run_goes_on_from_its_logged_range(tmp_path: Path) -> None:
+    """A run whose envs widened their range records where it stood in its checkpoints; the
+    resumed run's envs start there, not from ``start`` again."""
+    import json
+
+    settings = [
+        "run.total_steps=3072",
+        "run.max_seconds=0",
+        "run.actors=0",
+        "run.num_envs=2",
+        "run.eval_every=0",
+        "run.checkpoint_every=3072",
+        "run.log_every=512",
+        "run.progress=false",
+        "algo.n_steps=256",
+        "backend.threads=1",
+        # success at +-6 degrees is most episodes (the die starts within 15 degrees)
+        'env.adaptive={key="goal_rot", start=0.1, window=1, metric="success", threshold=0.5}',
+    ]
+    args = ["run", "competitions/myochallenge_2022_die", "--out", str(tmp_path)]
+    proc = harness_cli(args + [f"--set={s}" for s in settings])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = tmp_path.iterdir()
+    from harness.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    point = json.loads((ckpt / "runner.json").read_text())["env_changes"]["adaptive"]
+    logged = [
+        float(r["charts/adaptive_range"])
+        for r in rows_of(run_dir)
+        if r.get("charts/adaptive_range")
+    ]
+    assert point["start"] == pytest.approx(logged[-1])  # the last logged mean
+    assert point["start"] > 0.1 * 1.1 and point["threshold"] < 0.5  # widened at least twice
+
+    proc = harness_cli(["run", "--resume", str(run_dir), "--steps", "6144"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r for r in rows_of(run_dir) if float(r["step"]) > 3072 + 1024]
+    resumed = [float(r["charts/adaptive_range"]) for r in rows if r.get("charts/adaptive_range")]
+    # (each env's first resumed episode was drawn before the point applied: past 1024 steps,
+    # the windows hold later episodes only)
+    assert resumed and min(resumed) >= point["start"] - 1e-9
 
 
 @pytest.mark.parametrize(
