@@ -159,7 +159,7 @@ class Run:
         unknown = sorted(set(changes) - names)
         if unknown:
             raise ConfigError(
-                f"update_env: [env] has no option {', '.join(map(repr, unknown))} "
+                f"[env] has no option {', '.join(map(repr, unknown))} "
                 f"(options: {', '.join(sorted(names))})."
             )
         return current

@@ -4,13 +4,15 @@ run the task's full range."""
 
 from __future__ import annotations
 
-import csv
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_myo_packs import DIE, HAVE_MYOSUITE, ROOT, harness_cli, rows_of  # (this directory)
+from test_myo_packs import DIE, HAVE_MYOSUITE, ROOT, harness_cli, rows_of, train  # (this directory)
+
+from harness.checkpoint import latest_checkpoint
 
 RECIPE = ROOT / "competitions" / "myochallenge_2022_die" / "adaptive.toml"
 
@@ -137,12 +139,10 @@ def test_a_run_logs_the_range_and_evaluates_without_it(tmp_path: Path) -> None:
         "algo.n_steps=256",
         "backend.threads=1",
     ]
-    args = ["run", "competitions/myochallenge_2022_die", "--config", str(RECIPE)]
-    proc = harness_cli(args + ["--out", str(tmp_path)] + [f"--set={s}" for s in settings])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = tmp_path.iterdir()
-    with (run_dir / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    run_dir = train(
+        "competitions/myochallenge_2022_die", tmp_path, settings, "--config", str(RECIPE)
+    )
+    rows = rows_of(run_dir)
     ranges = [float(r["charts/adaptive_range"]) for r in rows if r.get("charts/adaptive_range")]
     assert ranges and all(0.1 - 1e-9 <= x <= 1.57 for x in ranges)
     assert any(r.get("eval/score") for r in rows)
@@ -183,8 +183,6 @@ def test_an_env_goes_on_from_a_resume_point_and_never_narrows() -> None:
 def test_a_resumed_run_goes_on_from_its_logged_range(tmp_path: Path) -> None:
     """A run whose envs widened their range records where it stood in its checkpoints; the
     resumed run's envs start there, not from ``start`` again."""
-    import json
-
     settings = [
         "run.total_steps=3072",
         "run.max_seconds=0",
@@ -199,12 +197,7 @@ def test_a_resumed_run_goes_on_from_its_logged_range(tmp_path: Path) -> None:
         # success at +-6 degrees is most episodes (the die starts within 15 degrees)
         'env.adaptive={key="goal_rot", start=0.1, window=1, metric="success", threshold=0.5}',
     ]
-    args = ["run", "competitions/myochallenge_2022_die", "--out", str(tmp_path)]
-    proc = harness_cli(args + [f"--set={s}" for s in settings])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = tmp_path.iterdir()
-    from harness.checkpoint import latest_checkpoint
-
+    run_dir = train("competitions/myochallenge_2022_die", tmp_path, settings)
     ckpt = latest_checkpoint(run_dir)
     point = json.loads((ckpt / "runner.json").read_text())["env_changes"]["adaptive"]
     logged = [

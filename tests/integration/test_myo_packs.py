@@ -58,6 +58,16 @@ def harness_cli(args: list[str], timeout: float = 600) -> subprocess.CompletedPr
     )
 
 
+def train(pack: str, out: Path, settings: list[str], *args: str) -> Path:
+    """``harness run PACK --out OUT ARGS --set=S ...``, which must succeed; its run directory
+    (the only one in ``out``)."""
+    cli = ["run", pack, "--out", str(out), *args, *(f"--set={s}" for s in settings)]
+    proc = harness_cli(cli)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
 def rows_of(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
@@ -175,11 +185,7 @@ def die_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "env.curriculum_thresholds=[1.0]",
         "env.curriculum=[{}, {kwargs = {goal_rot = [-3.14, 3.14]}}]",
     ]
-    args = ["run", "competitions/myochallenge_2022_die", "--out", str(out)]
-    proc = harness_cli(args + [f"--set={s}" for s in settings])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = out.iterdir()
-    return run_dir
+    return train("competitions/myochallenge_2022_die", out, settings)
 
 
 def test_the_pack_logs_the_official_score_and_its_curriculum_advances(die_run: Path) -> None:
@@ -243,12 +249,8 @@ def test_an_unknown_protocol_exits_2_naming_the_ones_there_are(
 
 
 def test_a_protocol_for_an_env_without_protocols_exits_2(tmp_path: Path) -> None:
-    out = tmp_path / "runs"
-    settings = ["run.total_steps=256", "run.eval_every=0", "run.progress=false"]
-    args = ["run", "competitions/cartpole", "--out", str(out), "--set=algo.n_steps=64"]
-    proc = harness_cli(args + [f"--set={s}" for s in settings])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (run_dir,) = out.iterdir()
+    settings = ["run.total_steps=256", "run.eval_every=0", "run.progress=false", "algo.n_steps=64"]
+    run_dir = train("competitions/cartpole", tmp_path / "runs", settings)
     proc = harness_cli(["eval", str(run_dir), "--protocol", "official"])
     assert proc.returncode == 2
     assert "no evaluation protocols" in proc.stderr and "Traceback" not in proc.stderr
