@@ -7,6 +7,7 @@ implementation runs in a subprocess with its own interpreter):
     python3 tools/bench_remote.py                     # full run (~9 min: 2 rounds)
     python3 tools/bench_remote.py --quick             # smoke run (~1.5 min)
     python3 tools/bench_remote.py --peers raw,harness --cases tiny
+    python3 tools/bench_remote.py --auth       # ~1 min: harness (CURVE) against raw CURVE
 
 Cases (one remote object class, ``Echo`` below, hosted by every implementation):
 
@@ -28,6 +29,10 @@ Implementations:
   it: frame 0 a msgpack header ``{"v", "k", "id", "m"}``, then a pickle-5 stream whose big
   buffers travel out-of-band as their own zero-copy frames; the server really calls
   ``Echo.add``/``Echo.echo``. This is the least any msgpack+pickle RPC in Python can do.
+* ``raw-bytes-curve``, ``raw-envelope-curve``: ``raw-bytes`` and ``raw-envelope`` with CURVE on
+  both ends (the server a CURVE server with a fresh key pair, the client a CURVE client with
+  its own), as every harness socket is since issue 48: the reference for the cost of
+  authentication ("harness / raw ... with CURVE" in the targets).
 * ``harness``: ``harness.remote(Echo)`` under ``with harness.connect():`` (the embedded local
   farm, loopback TCP); pipelined uses ``proxy.add.future(i)`` with a FIFO sliding window.
   ``harness-ipc``: the same with ``connect(local_ipc=True)`` (Unix-domain sockets). Each is
@@ -114,6 +119,8 @@ IMPLS = (
     "raw-bytes",
     "raw-bytes-ipc",
     "raw-envelope",
+    "raw-bytes-curve",
+    "raw-envelope-curve",
     "harness",
     "harness-ipc",
     "parl",
@@ -326,9 +333,14 @@ def _view(frame: Any) -> Any:
     return buffer if buffer is not None else frame
 
 
+CURVE_VARIABLE = "HARNESS_BENCH_CURVE"
+"""The raw CURVE server's key pair, "PUBLIC SECRET" (z85), from its client."""
+
+
 def serve_raw(mode: str, copy: bool, ipc: str = "") -> None:
     """A ROUTER echo server on 127.0.0.1 (random port) or on the Unix-domain socket ``ipc``;
-    prints its endpoint on stdout; ends on EOF of stdin or when its parent dies."""
+    prints its endpoint on stdout; ends on EOF of stdin or when its parent dies. A CURVE server
+    when its client put a key pair in ``CURVE_VARIABLE``."""
     import threading
 
     import msgpack
@@ -337,6 +349,11 @@ def serve_raw(mode: str, copy: bool, ipc: str = "") -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
+    curve = os.environ.pop(CURVE_VARIABLE, "")
+    if curve:
+        public, secret = curve.encode().split()
+        sock.curve_server = True
+        sock.curve_publickey, sock.curve_secretkey = public, secret
     if ipc:
         endpoint = f"ipc://{ipc}"
         sock.bind(endpoint)
@@ -363,9 +380,13 @@ def serve_raw(mode: str, copy: bool, ipc: str = "") -> None:
 class RawActor:
     """Client side of one raw server: a DEALER socket."""
 
-    def __init__(self, ctx: Any, mode: str, copy: bool, ipc: str = "") -> None:
+    def __init__(self, ctx: Any, mode: str, copy: bool, ipc: str = "", curve: bool = False) -> None:
         import zmq
 
+        env = dict(os.environ)
+        if curve:
+            server_public, server_secret = zmq.curve_keypair()
+            env[CURVE_VARIABLE] = f"{server_public.decode()} {server_secret.decode()}"
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -380,11 +401,15 @@ class RawActor:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         assert self.proc.stdout is not None
         endpoint = self.proc.stdout.readline().strip()
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve:
+            self.sock.curve_serverkey = server_public
+            self.sock.curve_publickey, self.sock.curve_secretkey = zmq.curve_keypair()
         self.sock.connect(endpoint)
         self.mode, self.copy, self.next_id = mode, copy, 0
         import msgpack
@@ -434,13 +459,15 @@ def run_raw(mode: str, case: str, cfg: argparse.Namespace) -> dict[str, Any]:
     import zmq
 
     copy = case != "array"  # zero-copy frames only pay off for big messages
+    curve = mode.endswith("-curve")
+    mode = mode.removesuffix("-curve")
     ipc_dir = ""
     if mode.endswith("-ipc"):  # Unix-domain sockets in a private directory, as harness's
         mode = mode.removesuffix("-ipc")  # local farm uses them
         ipc_dir = tempfile.mkdtemp(prefix="raw-")
     ctx = zmq.Context()
     actors = [
-        RawActor(ctx, mode, copy, os.path.join(ipc_dir, f"{i}.sock") if ipc_dir else "")
+        RawActor(ctx, mode, copy, os.path.join(ipc_dir, f"{i}.sock") if ipc_dir else "", curve)
         for i in range(2 if case == "pipelined" else 1)
     ]
     try:
@@ -1163,7 +1190,9 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
         "raw-bytes": "raw pyzmq, bytes echo (TCP)",
         "raw-bytes-ipc": "raw pyzmq, bytes echo (IPC)",
         "raw-envelope": "raw pyzmq, msgpack+pickle-5 envelope (TCP)",
-        "harness": "**harness `@remote`** (TCP)",
+        "raw-bytes-curve": "raw pyzmq, bytes echo (TCP, CURVE)",
+        "raw-envelope-curve": "raw pyzmq, msgpack+pickle-5 envelope (TCP, CURVE)",
+        "harness": "**harness `@remote`** (TCP, CURVE)",
         "harness-ipc": "harness `@remote`, `local_ipc=True` (IPC)",
         "parl": "PARL 2.2.1 `@parl.remote_class`",
         "ray": "Ray actor",
@@ -1175,6 +1204,7 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
             **{
                 "raw-bytes": "raw pyzmq, zero-copy frame echo (TCP)",
                 "raw-bytes-ipc": "raw pyzmq, zero-copy frame echo (IPC)",
+                "raw-bytes-curve": "raw pyzmq, zero-copy frame echo (TCP, CURVE)",
             },
         )
     # one entry per package; a package whose version differs between interpreters is listed
@@ -1282,6 +1312,8 @@ def report(header: dict[str, Any], results: list[dict[str, Any]], impls: list[st
             "raw-bytes": "DEALER sockets, reply frees a slot",
             "raw-bytes-ipc": "same, over IPC",
             "raw-envelope": "same, with the envelope",
+            "raw-bytes-curve": "same, CURVE",
+            "raw-envelope-curve": "same, with the envelope, CURVE",
             "harness": "`.future()`, FIFO sliding window",
             "harness-ipc": "same, over IPC",
             "parl": "`wait=False` futures, FIFO sliding window",
@@ -1343,6 +1375,10 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
         ("harness", "raw-bytes", "harness / raw bytes echo (TCP)"),
         ("harness-ipc", "raw-bytes-ipc", "harness / raw bytes echo, both over IPC"),
         ("harness", "raw-envelope", "harness / raw envelope (TCP)"),
+        # authentication's cost: harness (CURVE on every socket since issue 48) against raw
+        # pyzmq with CURVE on both ends
+        ("harness", "raw-bytes-curve", "harness / raw bytes echo, both CURVE (TCP)"),
+        ("harness", "raw-envelope-curve", "harness / raw envelope, both CURVE (TCP)"),
     )
     if "tiny" in cases:
         for mine, raw, what in pairs:
@@ -1352,7 +1388,7 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
             add(f"tiny RTT, {what}", v, "<= 1.2x", met, "{:.2f}x",
                 paired(mine, raw, "tiny"))  # fmt: skip
     if "array" in cases:
-        for mine, raw, what in pairs[:2]:
+        for mine, raw, what in pairs[:2] + pairs[3:4]:
             h, r = get(mine, "array", "mb_per_s"), get(raw, "array", "mb_per_s")
             v = h / r if h and r else None
             met = None if v is None else v >= 0.70
@@ -1411,12 +1447,19 @@ def _targets(by: dict[tuple[str, str], dict[str, Any]], cases: list[str]) -> lis
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--quick", action="store_true", help="few calls: a smoke run")
+    p.add_argument(
+        "--auth",
+        action="store_true",
+        help="the cost of authentication, short (~1 min): harness (CURVE) interleaved with raw "
+        "pyzmq with and without CURVE, tiny and array cases, 20 blocks of 150 calls",
+    )
     p.add_argument("--cases", default=",".join(CASES), help=f"comma list of {CASES}")
     p.add_argument(
         "--peers",
         default="raw,harness,parl,ray,harness-ray",
         help="comma list of raw (the three raw variants), raw-bytes, raw-bytes-ipc, "
-        "raw-envelope, harness (both zmq transports), harness-ipc, parl, ray, harness-ray",
+        "raw-envelope, raw-curve (raw-bytes-curve and raw-envelope-curve), harness (both zmq "
+        "transports), harness-ipc, parl, ray, harness-ray",
     )
     p.add_argument(
         "--calls", type=int, help="timed blocking calls per case (default 5000; quick 300)"
@@ -1481,6 +1524,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ipc", default="", help=argparse.SUPPRESS)
     p.add_argument("--serve-blocks", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.auth:
+        args.peers = "raw-bytes,raw-bytes-curve,raw-envelope-curve,harness"
+        args.cases = "tiny,array"
+        args.quick = True
+        args.blocks = 20 if args.blocks is None else args.blocks
+        args.block_calls = 150
     if args.calls is None:
         args.calls = 300 if args.quick else 5000
     if args.warmup is None:
@@ -1519,6 +1568,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in (x.strip() for x in args.peers.split(",") if x.strip()):
         peers += {
             "raw": ["raw-bytes", "raw-bytes-ipc", "raw-envelope"],
+            "raw-curve": ["raw-bytes-curve", "raw-envelope-curve"],
             "harness": ["harness", "harness-ipc"],
         }.get(name, [name])
     bad += [x for x in peers if x not in IMPLS]
@@ -1538,6 +1588,8 @@ def main(argv: list[str] | None = None) -> int:
         "raw-bytes": (harness_py, harness_why),
         "raw-bytes-ipc": (harness_py, harness_why),
         "raw-envelope": (harness_py, harness_why),
+        "raw-bytes-curve": (harness_py, harness_why),
+        "raw-envelope-curve": (harness_py, harness_why),
         "harness": (harness_py, harness_why),
         "harness-ipc": (harness_py, harness_why),
     }

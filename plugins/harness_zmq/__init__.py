@@ -3,7 +3,8 @@
 One module per job:
 
 - ``wire``: the envelope (and the frame helpers both ends share); ``security``: CURVE keys
-  and loopback checks; ``fields``: validation of what peers send the master.
+  (every socket, loopback included), the ZAP handler and the actor-endpoint check;
+  ``fields``: validation of what peers send the master.
 - ``client``: ``connect(address, **options)`` -> ``ZmqClient``, with ``options``
   (``ZmqOptions``), ``handle`` (one actor's handle, calls and futures), ``receiver``
   (completing futures nobody reads), ``farm`` (the embedded local farm) and ``masterlink``

@@ -9,10 +9,11 @@ uses that many threads), numpy's BLAS pool (threadpoolctl) and torch's if it is 
 address space: an allocation beyond it raises MemoryError inside the actor). Every actor
 reseeds ``random`` and numpy's global generator (forks would otherwise share their state).
 
-**Serving.** One ROUTER socket (CURVE server when keys are given; a non-loopback host without
-keys is refused) and one client: ``INIT`` (payload ``(cls, args, kwargs, shipped_sources)``,
-the shipped sources installed on ``sys.path`` before the class is unpickled), then ``CALL``,
-``GETATTR`` and ``PING``. Exceptions in user code are answered with ``ERROR``; malformed
+**Serving.** One ROUTER socket, always a CURVE server (loopback and ``ipc`` included) with the
+keys its spawn request carries (only the admitted client keys get through the handshake), and
+one client: ``INIT`` (payload ``(cls, args, kwargs, shipped_sources)``, the shipped sources
+installed on ``sys.path`` before the class is unpickled), then ``CALL``, ``GETATTR`` and
+``PING``. Exceptions in user code are answered with ``ERROR``; malformed
 messages are counted and dropped (``PONG`` and ``GETATTR __harness_stats__`` report the
 counters); another protocol version is answered ``REFUSED``; a second client gets ``ERROR``.
 """
@@ -38,7 +39,7 @@ from harness.remote import qualified_name
 from harness_zmq import wire
 from harness_zmq.launcher import ActorLauncher, ActorProcess
 from harness_zmq.process import PARENT_CHECK_S, THREAD_VARIABLES, set_name, set_pdeathsig
-from harness_zmq.security import Guard, load_keys
+from harness_zmq.security import Guard, Keys, set_process_keys
 from harness_zmq.shipping import InitPayload, install_shipped, set_source_dir
 from harness_zmq.wire import STATS_ATTRIBUTE, recv_frames, send_frames
 
@@ -89,7 +90,10 @@ def actor_main(
         os.environ[name] = str(threads)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in request["gpus"])
     os.environ["HARNESS_ACTOR_ID"] = request["actor_id"]
-    os.environ["HARNESS_ZMQ_KEYS"] = request["keys"] or ""  # (harness_zmq.inference.KEYS_VARIABLE)
+    # the keys came in the spawn request (never argv, the environment or a file): this actor
+    # serves with them and its own sockets (remote acting) connect with them
+    keys = Keys.from_material(request["keys"])
+    set_process_keys(keys)
     if request.get("nice"):
         with contextlib.suppress(OSError):
             os.nice(int(request["nice"]))
@@ -109,14 +113,13 @@ def actor_main(
         sock.linger = 0
         sock.sndhwm = 0
         sock.rcvhwm = 0
-        keys = load_keys(request["keys"]) if request["keys"] else None
         guard = Guard(context, keys)
         host = request["host"]
         guard.server(sock, host)
         path = os.path.join(workdir, "actor.sock")
-        if request.get("ipc") and keys is None and len(path.encode()) <= IPC_PATH_MAX:
+        if request.get("ipc") and len(path.encode()) <= IPC_PATH_MAX:
             # the directory is this actor's own (mode 0700, removed when it exits): only this
-            # user's processes can connect, as with loopback TCP, at less cost per message
+            # user's processes can reach it, and CURVE admits only its launcher's key
             endpoint = f"ipc://{path}"
             sock.bind(endpoint)
         else:

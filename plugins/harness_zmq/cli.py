@@ -33,6 +33,7 @@ from harness.errors import HarnessError
 from harness_zmq.clusters import (
     alive,
     keys_for,
+    private_state_dir,
     process_record,
     resolve,
     state_dir,
@@ -61,10 +62,12 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser(
         "keys",
-        help="create a CURVE key directory (needed to listen on anything but loopback)",
+        help="create a CURVE key directory (to share between the hosts of a cluster)",
         description="Create a CURVE key directory: the cluster's server key pair, a client key "
         "pair and DIR/authorized/ (the public keys allowed in). Copy DIR to every host of the "
-        "cluster and pass --keys DIR to start, join and harness.connect(..., keys=DIR).",
+        "cluster and pass --keys DIR to start, join and harness.connect(..., keys=DIR). A "
+        "loopback cluster started without --keys makes its own in its state directory "
+        "($HARNESS_STATE_DIR or ~/.harness/clusters).",
     )
     keys.add_argument("dir", metavar="DIR", help="directory to create")
 
@@ -102,9 +105,15 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--monitor-host",
         default="127.0.0.1",
-        help="address of the web monitor (default: 127.0.0.1)",
+        help="address of the web monitor (default: 127.0.0.1; any other asks for the token "
+        "printed at start)",
     )
-    start.add_argument("--keys", default=None, help="CURVE key directory (harness cluster keys)")
+    start.add_argument(
+        "--keys",
+        default=None,
+        help="CURVE key directory (harness cluster keys); default on loopback: fresh keys "
+        "written into the state directory, where this host's clients find them",
+    )
     start.add_argument(
         "--foreground",
         action="store_true",
@@ -240,12 +249,15 @@ def _master_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _worker_argv(args: argparse.Namespace, address: str) -> list[str]:
-    argv = [address, "--cpus", f"{args.cpus:g}", "--host", _worker_host(args.host)]
+def _worker_argv(args: argparse.Namespace, address: str, keys: Any) -> list[str]:
+    host = _worker_host(args.host)
+    if host != args.host:  # a wildcard master: join it over the address the actors use (the
+        # master accepts actor endpoints only on the address a worker joined from)
+        address = f"tcp://{host}:{address.rpartition(':')[2]}"
+    argv = [address, "--cpus", f"{args.cpus:g}", "--host", host]
     if args.gpus:
         argv += ["--gpus", args.gpus]
-    if args.keys:
-        argv += ["--keys", str(Path(args.keys).expanduser().resolve())]
+    argv += ["--keys", str(keys.directory)]
     return argv
 
 
@@ -283,24 +295,23 @@ def cmd_start(args: argparse.Namespace) -> int:
     keys = _check_start(args)
     if args.foreground:
         return _start_foreground(args, keys)
-    d = state_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    d = private_state_dir()
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     master_log = d / f"master-{stamp}.log"
     master = _spawn("harness_zmq.master", _master_argv(args), master_log)
     started: list[subprocess.Popen[bytes]] = [master]
     try:
-        address, monitor = _await_master(master, master_log, keys)
+        address, monitor, keys, token = _await_master(master, master_log, keys)
         worker = None
         worker_log = d / f"worker-{stamp}.log"
         if args.cpus > 0:
-            worker = _spawn("harness_zmq.worker", _worker_argv(args, address), worker_log)
+            worker = _spawn("harness_zmq.worker", _worker_argv(args, address, keys), worker_log)
             started.append(worker)
             _await_worker(address, keys, worker, worker_log)
         state = {
             "address": address,
             "monitor": monitor,
-            "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
+            "keys": str(keys.directory),
             "started": time.time(),
             "processes": [process_record(master.pid, "master")]
             + ([process_record(worker.pid, "worker")] if worker is not None else []),
@@ -315,16 +326,22 @@ def cmd_start(args: argparse.Namespace) -> int:
             _kill_proc(proc)
         raise
     print(f"cluster started at {address}")
+    if args.keys is None:
+        print(f"its CURVE keys (clients on this host find them): {keys.directory}")
     if monitor:
         print(f"monitor at {monitor}")
+    if token:
+        print(f"monitor token (also in {keys.directory}/monitor.token): {token}")
+        print(f"open {monitor}?token={token} once, or send 'Authorization: Bearer TOKEN'")
     print(f"connect with harness.connect({address!r}); stop with 'harness cluster stop {address}'")
     return 0
 
 
 def _await_master(
     master: subprocess.Popen[bytes], log_path: Path, keys: Any
-) -> tuple[str, str | None]:
-    """Wait until the master process prints its address and answers a status request."""
+) -> tuple[str, str | None, Any, str | None]:
+    """Wait until the master process prints its address and answers a status request; its
+    address, monitor URL, keys (the ones it wrote when it was given none) and monitor token."""
     deadline = time.monotonic() + START_TIMEOUT_S
     address = monitor = None
     while time.monotonic() < deadline:
@@ -338,9 +355,11 @@ def _await_master(
             address = found.group(1)
             url = re.search(r"monitor at (\S+)", text)
             monitor = url.group(1) if url else None
+            token = re.search(r"monitor token: (\S+)", text)
             try:
-                request_status(address, keys, timeout=1.0)
-                return address, monitor
+                found_keys = keys or keys_for(None, None, address)
+                request_status(address, found_keys, timeout=1.0)
+                return address, monitor, found_keys, token.group(1) if token else None
             except HarnessError:
                 pass
         time.sleep(0.05)
@@ -384,17 +403,18 @@ def _start_foreground(args: argparse.Namespace, keys: Any) -> int:
     path = state_file(master.address)
     try:
         if args.cpus > 0:
+            argv = _worker_argv(args, master.address, master.keys)
             worker = subprocess.Popen(
-                [sys.executable, "-m", "harness_zmq.worker", *_worker_argv(args, master.address)],
+                [sys.executable, "-m", "harness_zmq.worker", *argv],
                 stdin=subprocess.DEVNULL,
             )
-        state_dir().mkdir(parents=True, exist_ok=True)
+        private_state_dir()
         path.write_text(
             json.dumps(
                 {
                     "address": master.address,
                     "monitor": master.monitor_url,
-                    "keys": str(Path(args.keys).expanduser().resolve()) if args.keys else None,
+                    "keys": str(master.keys.directory),
                     "started": time.time(),
                     "processes": [process_record(os.getpid(), "master")]
                     + ([process_record(worker.pid, "worker")] if worker is not None else []),
@@ -406,6 +426,8 @@ def _start_foreground(args: argparse.Namespace, keys: Any) -> int:
         print(f"cluster master at {master.address} (Ctrl-C stops it)", flush=True)
         if master.monitor_url:
             print(f"monitor at {master.monitor_url}", flush=True)
+        if master.monitor_token:
+            print(f"monitor token: {master.monitor_token}", flush=True)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda signum, frame: master.request_stop())
         master.run()  # returns after a stop request, SIGTERM or Ctrl-C
@@ -434,7 +456,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     address, state = resolve(args.address)
-    status = request_status(address, keys_for(args.keys, state), timeout=args.timeout)
+    status = request_status(address, keys_for(args.keys, state, address), timeout=args.timeout)
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
@@ -531,7 +553,7 @@ def _duration(seconds: float) -> str:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     address, state = resolve(args.address)
-    keys = keys_for(args.keys, state)
+    keys = keys_for(args.keys, state, address)
     try:
         request_status(address, keys)
         answered = True

@@ -26,13 +26,14 @@ import zmq
 
 from harness.errors import HarnessError
 from harness.remote import ActorOptions, Completions
+from harness_zmq.clusters import cluster_keys
 from harness_zmq.farm import LocalFarm
 from harness_zmq.farm import local_gpus as _local_gpus
 from harness_zmq.handle import POLL_MS, ZmqActor
 from harness_zmq.masterlink import MasterLink
 from harness_zmq.options import LOCAL_ACTOR_NICE, LOCAL_IPC, ZmqOptions
 from harness_zmq.receiver import Receiver, ZmqCompletions
-from harness_zmq.security import Guard, Keys, load_keys
+from harness_zmq.security import Guard, Keys, ephemeral_keys, load_keys
 from harness_zmq.shipping import InitPayload, shipped_sources
 
 # LOCAL_ACTOR_NICE, LOCAL_IPC, POLL_MS, shipped_sources and _local_gpus were defined here
@@ -82,9 +83,13 @@ class ZmqClient:
         keys = options.keys
         if keys is not None and not isinstance(keys, Keys):
             keys = load_keys(os.fspath(keys))
+        if keys is None:
+            # a local farm's actors admit keys made for this client alone (in memory); a
+            # cluster's are the ones its start recorded on this host
+            keys = ephemeral_keys() if address is None else cluster_keys(address)
         self.address = address
         self.options = options
-        self.keys: Keys | None = keys
+        self.keys: Keys = keys
         self.start_timeout_s = float(options.start_timeout_s)
         self.place_timeout_s = float(options.place_timeout_s)
         self.metrics: dict[str, Any] = {}

@@ -1,6 +1,8 @@
 """The clusters ``harness cluster start`` started on this host: their state files under
-``~/.harness/clusters/`` (or ``$HARNESS_STATE_DIR``), the processes recorded there, and
-finding the cluster a command means (its address, keys and record).
+``~/.harness/clusters/`` (or ``$HARNESS_STATE_DIR``), the processes recorded there, the key
+directory a master started without ``--keys`` writes there (:func:`key_dir`: the state
+directory is 0700, the secret files 0600), and finding the cluster a command means (its
+address, keys and record).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from harness.errors import HarnessError
 __all__ = [
     "alive",
     "check_address",
+    "cluster_keys",
+    "key_dir",
     "keys_for",
     "process_record",
     "read_states",
@@ -32,9 +36,46 @@ def state_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".harness" / "clusters"
 
 
+def private_state_dir() -> Path:
+    """:func:`state_dir`, created mode 0700 (it holds key directories and tokens)."""
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(OSError):  # (one made by an older version, or shared on purpose)
+        d.chmod(0o700)
+    return d
+
+
+def _name(address: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", address.removeprefix("tcp://")).strip("_")
+
+
 def state_file(address: str) -> Path:
-    name = re.sub(r"[^A-Za-z0-9.]+", "_", address.removeprefix("tcp://")).strip("_")
-    return state_dir() / f"{name}.json"
+    return state_dir() / f"{_name(address)}.json"
+
+
+def key_dir(address: str) -> Path:
+    """Where a master at ``address`` started without ``--keys`` writes its key directory."""
+    return state_dir() / f"{_name(address)}.keys"
+
+
+def cluster_keys(address: str) -> Any:
+    """The keys of the cluster at ``address`` as this host recorded them (its start wrote
+    them, or its state file names a ``--keys`` directory); a clear error when none are."""
+    from harness_zmq.security import load_keys
+
+    check_address(address)
+    for state in read_states():
+        if state["address"] == address and state.get("keys"):
+            return load_keys(state["keys"])
+    d = key_dir(address)
+    if (d / "server.key_secret").exists():
+        return load_keys(d)
+    raise HarnessError(
+        f"no CURVE keys are recorded for the cluster at {address} in {state_dir()} (every "
+        f"cluster authenticates its peers, loopback included). Pass the cluster's key "
+        f"directory: --keys DIR, run.cluster_keys=DIR or harness.connect(address, keys=DIR); "
+        f"a cluster started on this host without --keys keeps its keys in {d}."
+    )
 
 
 def read_states() -> list[dict[str, Any]]:
@@ -107,8 +148,14 @@ def check_address(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def keys_for(args_keys: str | None, state: dict[str, Any] | None) -> Any:
+def keys_for(
+    args_keys: str | None, state: dict[str, Any] | None, address: str | None = None
+) -> Any:
+    """The keys a command uses: ``--keys``, else the state record's, else the key directory
+    a master at ``address`` wrote on this host; None when there are none."""
     from harness_zmq.security import load_keys
 
     directory = args_keys or (state or {}).get("keys")
+    if not directory and address is not None and (key_dir(address) / "server.key_secret").exists():
+        directory = str(key_dir(address))
     return load_keys(directory) if directory else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import pickle
 import threading
 import time
@@ -31,11 +32,21 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import zmq
 import zmq.backend
+from zmq.utils.monitor import recv_monitor_message
 
 from harness.errors import HarnessError
 from harness.remote import ActorLost, RemoteError
 from harness_zmq import wire
 from harness_zmq.wire import STATS_ATTRIBUTE, recv_frames, send_frames
+
+log = logging.getLogger(__name__)
+
+_HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 if TYPE_CHECKING:
     from harness_zmq.client import ZmqClient
@@ -179,10 +190,16 @@ class ZmqActor:
         sock.sndhwm = 0  # pipelined calls never block nor drop
         sock.rcvhwm = 0
         sock.rcvtimeo = POLL_MS
+        if client.keys is None:  # (a client always has keys: its farm's or its cluster's)
+            raise HarnessError("refusing to talk to an actor without CURVE keys")
         client.guard.client(sock)
+        # until _initialise has seen the CURVE handshake succeed: one that fails (a server
+        # without the cluster's keys, or no CURVE at all) is an error at once, not a timeout
+        self._handshake: zmq.Socket[Any] | None = sock.get_monitor_socket(_HANDSHAKE_EVENTS)
         try:
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
+            self._end_handshake_watch(sock)
             sock.close(linger=0)
             raise HarnessError(f"cannot connect to actor {actor_id} at {endpoint}: {exc}") from None
         self._sock = sock
@@ -316,6 +333,7 @@ class ZmqActor:
         self._receiver.unwatch(self)
         locked = self._lock.acquire(timeout=5.0)
         try:
+            self._end_handshake_watch(self._sock)
             self._sock.close(linger=0)
         finally:
             if locked:
@@ -345,6 +363,7 @@ class ZmqActor:
     def _initialise(self, payload: InitPayload, timeout: float) -> None:
         # a PING first, bounded: an endpoint this host cannot reach fails clearly; the INIT
         # itself may take as long as the constructor needs (a dead actor still ends it)
+        self._await_handshake(timeout)
         rid = next(self._ids)
         try:
             self._roundtrip(rid, wire.pack(Kind.PING, {"id": rid}), timeout=timeout)
@@ -357,6 +376,48 @@ class ZmqActor:
         header = self._roundtrip(rid, wire.pack(Kind.INIT, {"id": rid}, payload), init=True)
         if isinstance(header, dict) and header.get("pid"):
             self.pid = int(header["pid"])
+
+    def _await_handshake(self, timeout: float) -> None:
+        """Wait for the CURVE handshake with the actor: a peer that is not a CURVE server
+        holding the cluster's server key fails it, and gets nothing (no INIT, no weights)."""
+        watch = self._handshake
+        if watch is None:
+            return
+        deadline = time.monotonic() + timeout
+        try:
+            while not self._dead:
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0 or not watch.poll(int(min(left, 0.2) * 1000) + 1):
+                        if left <= 0:
+                            return  # the PING below says it did not answer
+                        continue
+                    event = recv_monitor_message(watch)["event"]
+                except zmq.ZMQError:  # closed meanwhile (the actor was lost or released)
+                    return
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    return
+                log.error(
+                    "refused actor %s at %s: the CURVE handshake failed (it is not a server "
+                    "with this cluster's keys)",
+                    self.actor_id,
+                    self.endpoint,
+                )
+                raise HarnessError(
+                    f"actor {self.actor_id} at {self.endpoint} failed the CURVE handshake: it "
+                    f"does not hold this cluster's keys (or speaks no CURVE); nothing was sent "
+                    f"to it"
+                )
+        finally:
+            with self._lock:
+                self._end_handshake_watch(self._sock)
+
+    def _end_handshake_watch(self, sock: zmq.Socket[Any]) -> None:
+        watch, self._handshake = self._handshake, None
+        if watch is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
+            watch.close(linger=0)
 
     def _roundtrip(
         self, rid: int, frames: list[Any], timeout: float | None = None, init: bool = False

@@ -15,10 +15,10 @@ learner process with a ROUTER socket::
   every frame's length against the slot's rows and the link's dtypes before it touches the
   shared arrays; anything else is dropped and counted (``farm/inference_malformed``).
 - **Security.** The relay binds where the cluster's peers reach this host (the interface
-  that routes to the master); on loopback as every local socket, anywhere else only with the
-  cluster's CURVE keys (``run.cluster_keys``: the ZAP handler admits the authorized keys,
-  :mod:`harness_zmq.security`). Remote actors connect with the client keys of their worker
-  (``HARNESS_ZMQ_KEYS``, set by the actor process).
+  that routes to the master), always with the cluster's CURVE keys, loopback included (the
+  ZAP handler admits the authorized keys, :mod:`harness_zmq.security`). Remote actors connect
+  with the client keys of their worker, which their spawn request carried
+  (:func:`harness_zmq.security.process_keys`).
 - **Exactly once, per actor.** Each remote actor draws a random incarnation at start; the
   relay keeps one local stand-in (``link.attach(index)``) per slot and incarnation,
   so a replaced actor continues its slot's sequence (a dead predecessor's open request is
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import secrets
 import socket
 import struct
@@ -47,7 +46,7 @@ import numpy as np
 import zmq
 
 from harness.errors import HarnessError
-from harness_zmq.security import Guard, host_of, is_loopback, load_keys
+from harness_zmq.security import Guard, host_of, is_loopback, process_keys
 from harness_zmq.wakeup import WakePipe
 
 if TYPE_CHECKING:
@@ -55,13 +54,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KEYS_VARIABLE", "RemoteActing", "RemoteLink", "ZmqRelay", "relay_host"]
+__all__ = ["RemoteActing", "RemoteLink", "ZmqRelay", "relay_host"]
 
 MAGIC = 0x48_49_4E_46_00_01  # "HINF" and the format version (1)
 HEADER = struct.Struct("<4q")
 HEADER_BYTES = HEADER.size
-KEYS_VARIABLE = "HARNESS_ZMQ_KEYS"
-"""The actor process's CURVE key directory (set by :mod:`harness_zmq.actor`; empty: none)."""
 REPLY_TIMEOUT_S = 600.0
 """A remote actor waiting longer than this for an answer stops its rollout with an error (the
 learner is gone or wedged; its worker replaces the actor process when the run goes on)."""
@@ -130,16 +127,15 @@ class RemoteActing:
         sock = self.context.socket(zmq.DEALER)
         sock.linger = 0
         if link.server_key is not None:
-            directory = os.environ.get(KEYS_VARIABLE, "")
-            if not directory:
+            keys = process_keys()
+            if keys is None:
                 sock.close()
                 self.context.term()
                 raise HarnessError(
                     f"the policy server at {link.endpoint} takes CURVE connections only, and "
-                    "this actor has no keys: start its worker with --keys DIR (the cluster's "
-                    "key directory)."
+                    "this process has no keys: only actors started by a cluster worker can "
+                    "act through it."
                 )
-            keys = load_keys(directory)
             sock.curve_serverkey = link.server_key
             sock.curve_publickey = keys.client_public
             sock.curve_secretkey = keys.client_secret

@@ -1,6 +1,6 @@
 """The actor launcher: starts actor processes as forks of one zygote, and their handles.
 
-    launcher = ActorLauncher(host="127.0.0.1", keys=None)
+    launcher = ActorLauncher(host="127.0.0.1", keys=None)  # None: fresh keys, in memory
     proc = launcher.start("a1", cpus=1.0, gpus=(), memory_mb=None)   # non-blocking
     endpoint = proc.wait_ready(timeout=30.0)      # "tcp://127.0.0.1:PORT"
     proc.pid, proc.exitcode, proc.sentinel        # exitcode: None while alive, -9 after SIGKILL
@@ -11,12 +11,13 @@
 (``python -P``, so neither the caller's cwd nor its script directory is on its path) that
 imports numpy, pyzmq, msgpack, cloudpickle and this package, freezes its heap (``gc.freeze``)
 and then only forks. An actor is a fork of it: it shares the zygote's pages (tens of MB) and
-starts in milliseconds. Requests travel over a Unix socket pair, with two pipe ends per actor
-passed as file descriptors: the actor writes its endpoint into the first and holds the second
-until it exits. ``proc.sentinel`` is a pidfd of the actor where the kernel has them (readable
-exactly when it exits, even if children it forked still hold its descriptors), else the
-launcher's end of that second pipe. The zygote reaps its children and reports their exit
-status; a zygote that died is replaced by the next ``start``.
+starts in milliseconds. Requests travel over a Unix socket pair that only the launcher and the
+zygote hold (each carries the actor's CURVE keys: nothing on disk or on a command line), with
+two pipe ends per actor passed as file descriptors: the actor writes its endpoint into the
+first and holds the second until it exits. ``proc.sentinel`` is a pidfd of the actor where
+the kernel has them (readable exactly when it exits, even if children it forked still hold
+its descriptors), else the launcher's end of that second pipe. The zygote reaps its children
+and reports their exit status; a zygote that died is replaced by the next ``start``.
 
 **Lifetime.** An actor dies with its zygote (``PR_SET_PDEATHSIG``, plus a parent-pid check
 every second as a fallback); the zygote kills its actors and exits when the launcher closes or
@@ -55,7 +56,7 @@ import msgpack
 from harness.errors import HarnessError
 from harness_zmq.capture import ActorLogs
 from harness_zmq.process import THREAD_VARIABLES, ready
-from harness_zmq.security import InsecureBind, Keys, is_loopback
+from harness_zmq.security import InsecureBind, Keys, ephemeral_keys, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -249,18 +250,22 @@ class ActorLauncher:
         capture_logs: bool = False,
         echo_logs: bool = False,
     ) -> None:
-        if keys is None and not is_loopback(host):
-            raise InsecureBind(
-                f"refusing to start actors listening on {host!r} without CURVE keys: any host "
-                f"could connect. Generate keys with 'harness cluster keys DIR' and pass "
-                f"--keys DIR (every host needs a copy), or bind 127.0.0.1."
-            )
+        if keys is None:
+            if not is_loopback(host):
+                raise InsecureBind(
+                    f"refusing to start actors listening on {host!r} without CURVE keys: any "
+                    f"host could connect. Generate keys with 'harness cluster keys DIR' and "
+                    f"pass --keys DIR (every host needs a copy)."
+                )
+            # actors always authenticate their caller: on this host, with keys made for this
+            # launcher alone (in memory, handed over in each spawn request)
+            keys = ephemeral_keys()
         self.host = host
-        self.keys = keys
+        self.keys: Keys = keys
         self.nice = max(0, int(nice))  # added to each actor's niceness (a lower priority)
         # listen on a Unix-domain socket in the actor's private (0700) directory instead of
         # loopback TCP: only for actors whose callers are on this host (the local farm)
-        self.ipc = bool(ipc) and keys is None
+        self.ipc = bool(ipc) and is_loopback(host)
         # modules the zygote imports before forking, beyond PRELOAD: every actor then shares
         # them (torch is ~150 MB per process otherwise); HARNESS_ACTOR_PRELOAD adds more
         extra = [m for m in os.environ.get("HARNESS_ACTOR_PRELOAD", "").split(",") if m]
@@ -311,7 +316,9 @@ class ActorLauncher:
             "nice": self.nice,
             "memory_mb": int(memory_mb) if memory_mb else None,
             "host": self.host,
-            "keys": str(self.keys.directory) if self.keys is not None else None,
+            # the secret keys travel only here: over the socket pair that only this process
+            # and its zygote hold, into the actor's memory
+            "keys": self.keys.material(),
             "ipc": self.ipc,
         }
         with self._lock:

@@ -47,6 +47,7 @@ import zmq
 
 from harness.errors import HarnessError
 from harness_zmq import wire
+from harness_zmq.clusters import key_dir, private_state_dir
 from harness_zmq.fields import (
     clean_gpus,
     clean_metrics,
@@ -61,7 +62,15 @@ from harness_zmq.fields import (
     reported_actor,
     text_field,
 )
-from harness_zmq.security import Guard, Keys, load_keys
+from harness_zmq.security import (
+    Guard,
+    InsecureBind,
+    Keys,
+    ephemeral_keys,
+    is_loopback,
+    load_keys,
+    write_keys,
+)
 from harness_zmq.tables import Peer, Pending, Tables, harness_version
 from harness_zmq.wire import Kind, MalformedFrame
 
@@ -101,7 +110,6 @@ class Master(Tables):
         if heartbeat_s <= 0:
             raise HarnessError(f"heartbeat_s must be positive, got {heartbeat_s}")
         super().__init__(heartbeat_s, queue_s, spawn_timeout_s)
-        self.keys = keys
         self.started_wall = time.time()
         self.started = time.monotonic()
         self.malformed = 0
@@ -109,8 +117,22 @@ class Master(Tables):
         self.foreign_output = 0  # output chunks for actors of another worker: dropped
         self._stop = threading.Event()
         self._next_tick = 0.0
+        self._peer_address = ""  # the IP address the message being handled came from
 
         self.context: zmq.Context[Any] = zmq.Context()
+        # a cluster always authenticates its peers: without --keys it makes its own, and
+        # writes them (0700/0600) where this host's clients and workers look for them
+        self._write_keys = keys is None
+        if keys is None:
+            if not is_loopback(host):
+                raise InsecureBind(
+                    f"refusing to listen on {host!r} without --keys: the other hosts need a "
+                    f"copy of the cluster's keys. Create them with 'harness cluster keys DIR', "
+                    f"copy DIR to every host and pass --keys DIR."
+                )
+            keys = _own_keys(host, port)
+            self._write_keys = keys.directory is None
+        self.keys: Keys = keys
         self.guard = Guard(self.context, keys)
         self.sock: zmq.Socket[Any] = self.context.socket(zmq.ROUTER)
         self.sock.linger = 1000
@@ -119,6 +141,7 @@ class Master(Tables):
         self.sock.sndhwm = 100_000
         self.sock.rcvhwm = 100_000
         self.monitor: Any = None
+        self.monitor_token: str | None = None  # asked by a monitor off loopback
         try:
             self.guard.server(self.sock, host)
             try:
@@ -129,15 +152,30 @@ class Master(Tables):
             self.port = int(endpoint.rpartition(":")[2])
             self.host = host
             self.address = f"tcp://{_bracket(host)}:{self.port}"
+            if self._write_keys:
+                private_state_dir()
+                self.keys = write_keys(keys, key_dir(self.address))
             if monitor_port is not None:
-                from harness_zmq.monitor import MonitorServer
+                from harness_zmq.monitor import MonitorServer, make_token
+
+                if not is_loopback(monitor_host):
+                    # off loopback the monitor asks for a token: printed once by serve(),
+                    # kept 0600 beside the keys
+                    try:
+                        self.monitor_token = make_token(self.keys.directory)
+                    except OSError as exc:
+                        raise HarnessError(
+                            f"cannot write the monitor's token into {self.keys.directory}: "
+                            f"{exc.strerror or exc}. Make the key directory writable or serve "
+                            f"the monitor on 127.0.0.1."
+                        ) from None
 
                 try:
                     self.monitor = MonitorServer(
                         self.status,
                         monitor_host,
                         monitor_port,
-                        allow_remote=keys is not None,
+                        token=self.monitor_token,
                         live=self.live,
                     ).start()
                 except OSError as exc:
@@ -152,7 +190,7 @@ class Master(Tables):
             "master %s listening (protocol %d, curve %s)",
             self.address,
             wire.PROTOCOL,
-            "on" if keys else "off",
+            "on",
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -213,11 +251,17 @@ class Master(Tables):
     def _drain(self) -> None:
         for _ in range(_DRAIN):
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            # the address this message came from, as the kernel saw the connection (a
+            # ROUTER's identity frame is made here, so the metadata is on the next one)
+            try:
+                self._peer_address = str(parts[-1].get("Peer-Address"))
+            except zmq.ZMQError:
+                self._peer_address = ""
             with self._lock:
-                self._on_frames(frames)
+                self._on_frames([p.bytes for p in parts])
 
     def _on_frames(self, frames: list[bytes]) -> None:
         if len(frames) < 2:
@@ -346,6 +390,7 @@ class Master(Tables):
             )
             self.peers[peer.peer_id] = peer
         self._by_identity[identity] = peer.peer_id
+        peer.admitted = self._peer_address
         log.info(
             "%s %s joined: %s pid %d on %s%s",
             role,
@@ -505,6 +550,14 @@ class Master(Tables):
             else:
                 self._job_ended(job, error)
             return
+        problem = self.endpoint_problem(worker, endpoint)
+        if problem is not None:
+            self._send(identity, Kind.KILL, {"actor_id": actor_id})
+            if job.state == "spawning":
+                self._fail_spawn(job, f"worker {worker.peer_id} reported a refused endpoint")
+            else:
+                self._job_ended(job, "its worker reported a refused endpoint")
+            return
         job.endpoint, job.pid = endpoint, pid
         if job.state == "spawning":
             self._placed(job)
@@ -543,6 +596,16 @@ class Master(Tables):
         Kind.STATUS: _on_status,
         Kind.STOP: _on_stop,
     }
+
+
+def _own_keys(host: str, port: int) -> Keys:
+    """A master without --keys: the keys it wrote for this address before (a restarted master
+    keeps its peers), else fresh ones (written once bound, :func:`write_keys`)."""
+    if port:
+        d = key_dir(f"tcp://{_bracket(host)}:{port}")
+        if (d / "server.key_secret").exists():
+            return load_keys(d)
+    return ephemeral_keys()
 
 
 def _bracket(host: str) -> str:
@@ -597,6 +660,8 @@ def serve(args: argparse.Namespace) -> int:
     print(f"harness cluster master at {master.address}", flush=True)
     if master.monitor_url:
         print(f"monitor at {master.monitor_url}", flush=True)
+    if master.monitor_token:
+        print(f"monitor token: {master.monitor_token}", flush=True)
     master.run()
     return 0
 

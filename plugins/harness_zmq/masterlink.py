@@ -24,7 +24,13 @@ from harness.errors import HarnessError
 from harness_zmq import wire
 from harness_zmq.capture import with_last_output
 from harness_zmq.handle import ZmqActor
-from harness_zmq.security import host_of, is_loopback
+from harness_zmq.security import (
+    addresses_of,
+    endpoint_problem,
+    host_of,
+    is_loopback,
+    local_addresses,
+)
 from harness_zmq.wakeup import WakePipe
 
 if TYPE_CHECKING:
@@ -57,6 +63,7 @@ class MasterLink:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.refused: str | None = None
+        self._master_here = is_loopback(host) or bool(addresses_of(host) & local_addresses())
         sock = client.context.socket(zmq.DEALER)
         sock.linger = 0
         client.guard.client(sock)
@@ -87,12 +94,11 @@ class MasterLink:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sock.poll(int(left * 1000) + 1):
-                hint = ""
-                if client.keys is None and not is_loopback(host):
-                    hint = (
-                        " A cluster on a non-loopback address uses CURVE: pass its key "
-                        "directory (connect(address, keys=DIR))."
-                    )
+                hint = (
+                    f" Every cluster uses CURVE: are the keys ({client.keys.directory or 'given'}) "
+                    f"this cluster's? Pass its key directory with connect(address, keys=DIR) "
+                    f"or run.cluster_keys."
+                )
                 raise HarnessError(
                     f"no answer from a harness master at {address} within "
                     f"{connect_timeout_s:.0f}s: is 'harness cluster start' running there and "
@@ -144,13 +150,36 @@ class MasterLink:
             )
         actor_id = str(placed["actor_id"])
         pid = placed.get("pid")
+        endpoint = str(placed["endpoint"])
+        problem = self._endpoint_problem(endpoint, placed)
+        if problem is not None:
+            worker = str(placed.get("worker_id"))[:64]
+            log.error(
+                "refused actor %s at %r of worker %s: %s", actor_id, endpoint[:120], worker, problem
+            )
+            self.release(actor_id)
+            raise HarnessError(
+                f"the master at {self.address} placed actor {actor_id} on worker {worker} at "
+                f"{endpoint[:120]!r}, which this client refuses: {problem}"
+            )
         return ZmqActor(
             self.client,
             actor_id,
-            str(placed["endpoint"]),
+            endpoint,
             int(pid) if pid else None,
             functools.partial(self.release, actor_id),
         )
+
+    def _endpoint_problem(self, endpoint: str, placed: dict[str, Any]) -> str | None:
+        """The master checked the endpoint against the worker's address; checked again here
+        (a loopback endpoint from a master on another host would be this host's port)."""
+        admitted = placed.get("worker_addr")
+        if not isinstance(admitted, str) or not admitted:
+            return "the master did not say where the worker joined from"
+        problem = endpoint_problem(endpoint, admitted)
+        if problem is None and is_loopback(host_of(endpoint)) and not self._master_here:
+            problem = "a loopback endpoint, and the master is on another host"
+        return problem
 
     def release(self, actor_id: str) -> None:
         if not self._stop:

@@ -11,8 +11,15 @@
   /api/logs`` (every actor's last lines), ``GET /api/logs/ACTOR?since=N`` (one actor's output
   after byte offset N, to follow it) and ``GET /api/runs`` (the runs' recent metrics).
 
-The status names hosts, pids and endpoints, so binding a non-loopback address is refused
-unless ``allow_remote=True`` (the master passes it only when CURVE is on).
+The status names hosts, pids and endpoints, and the logs carry actors' output, so binding a
+non-loopback address needs a ``token``: every request must then carry it, as the header
+``Authorization: Bearer TOKEN`` or as the cookie that visiting ``/?token=TOKEN`` once sets
+(compared in constant time); anything else is answered 401 and shows nothing. Without a token
+a non-loopback bind is refused (:class:`~harness_zmq.security.InsecureBind`). On loopback no
+token is asked: the server is reachable only from this host, whose users can read most of the
+status from ``/proc`` (pids, command lines, sockets), and a token would add a secret to every
+local ``curl`` and tunnel; the actors' output is the exception (docs/distributed.md, "Threat
+model", says where that matters).
 
 ``host_stats()`` is cheap enough to call every second: it keeps its ``psutil.Process`` objects
 between calls (so their ``cpu_percent`` is measured since the previous call, without blocking)
@@ -23,17 +30,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hmac
 import json
 import logging
 import math
 import os
+import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -44,7 +55,7 @@ from harness_zmq.security import InsecureBind, is_loopback
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MonitorServer", "host_stats"]
+__all__ = ["MonitorServer", "host_stats", "make_token"]
 
 # ----------------------------------------------------------------------------------------------
 # host_stats
@@ -235,6 +246,26 @@ _PAGE_CSP = (
 
 
 PAGE_FILE = "monitor.html"
+COOKIE = "harness_monitor"
+"""The cookie that carries a non-loopback monitor's token (set by visiting ``/?token=``)."""
+TOKEN_FILE = "monitor.token"
+"""The token's file (mode 0600) in the cluster's key directory."""
+
+
+def make_token(directory: Path | None) -> str:
+    """A fresh monitor token, written (0600, replacing an earlier one) as ``directory /
+    TOKEN_FILE`` where there is a directory."""
+    token = secrets.token_urlsafe(32)
+    if directory is not None:
+        path = directory / TOKEN_FILE
+        tmp = path.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        tmp.replace(path)
+    return token
 
 
 @functools.cache
@@ -275,9 +306,48 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps(_finite(obj), default=str, allow_nan=False).encode()
         self._send(code, body, "application/json; charset=utf-8", head=head)
 
+    def _authorized(self, url: Any, *, head: bool) -> bool:
+        """True when no token is needed or the request carries it; else answers it (401, or
+        the cookie and a redirect for a first visit to ``/?token=TOKEN``)."""
+        token = self.monitor.token
+        if token is None:
+            return True
+        offered = ""
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            offered = auth[len("Bearer ") :].strip()
+        else:
+            with contextlib.suppress(CookieError):
+                morsel = SimpleCookie(self.headers.get("Cookie", "")).get(COOKIE)
+                offered = morsel.value if morsel is not None else ""
+        if offered and hmac.compare_digest(offered.encode(), token.encode()):
+            return True
+        given = parse_qs(url.query).get("token", [""])[0]
+        if url.path == "/" and given and hmac.compare_digest(given.encode(), token.encode()):
+            cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+            self._send(
+                HTTPStatus.SEE_OTHER,
+                b"",
+                "text/plain",
+                {"Location": "/", "Set-Cookie": cookie},
+                head=head,
+            )
+            return False
+        self._send(
+            HTTPStatus.UNAUTHORIZED,
+            b"this monitor needs its token: open the URL with ?token= that 'harness cluster "
+            b"start' printed, or send 'Authorization: Bearer TOKEN'\n",
+            "text/plain; charset=utf-8",
+            {"WWW-Authenticate": 'Bearer realm="harness-monitor"'},
+            head=head,
+        )
+        return False
+
     def _route(self, *, head: bool) -> None:
         url = urlsplit(self.path)
         path = url.path
+        if not self._authorized(url, head=head):
+            return
         live = self.monitor.live
         if live is not None and (
             path in ("/api/logs", "/api/runs") or path.startswith("/api/logs/")
@@ -356,15 +426,17 @@ class MonitorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        allow_remote: bool = False,
+        token: str | None = None,
         live: LiveStore | None = None,
     ) -> None:
-        if not allow_remote and not is_loopback(host):
+        if not token and not is_loopback(host):
             raise InsecureBind(
                 f"the monitor would serve the cluster status on {host!r}, which is not a "
-                "loopback address; it names hosts, pids and endpoints. Bind 127.0.0.1 and "
-                "use an SSH tunnel, or run the cluster with CURVE keys (allow_remote=True)."
+                "loopback address, without a token; it names hosts, pids and endpoints and "
+                "shows the actors' output. Bind 127.0.0.1 (and use an SSH tunnel), or serve it "
+                "from a cluster master, which makes a token for a non-loopback monitor."
             )
+        self.token = token or None
         self.status_fn = status_fn
         self.live = live
         self.host = host

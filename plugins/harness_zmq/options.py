@@ -32,8 +32,9 @@ class ZmqOptions:
     """The options of a zmq connection (``connect(address, **options)``)."""
 
     keys: Keys | str | os.PathLike[str] | None = None
-    """The cluster's CURVE key directory (or loaded :class:`~harness_zmq.security.Keys`),
-    needed for clusters on non-loopback addresses."""
+    """The cluster's CURVE key directory (or loaded :class:`~harness_zmq.security.Keys`).
+    None: for a cluster, the keys this host recorded for its address (a ``harness cluster
+    start`` here); for a local farm, fresh keys made in memory for it alone."""
     cpus: float | None = None
     """The local farm's size for placement accounting (default: this machine's cores; asking
     for more only logs a warning)."""

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness_zmq import wire
+from harness_zmq import security, wire
 from harness_zmq.fields import CLIENT_METRICS
 from harness_zmq.live import LiveStore
 from harness_zmq.security import Keys
@@ -64,6 +64,7 @@ class Peer:
     actors: set[str] = field(default_factory=set)
     stats: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=lambda: dict(CLIENT_METRICS))
+    admitted: str = ""  # the IP address its hello came from (its actors' endpoints must be there)
 
 
 @dataclass(eq=False)
@@ -118,6 +119,7 @@ class Tables:
         self._gone: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._lock = threading.RLock()
         self.live = LiveStore()  # actors' output and runs' metrics for the monitor
+        self.refused_endpoints = 0  # actor endpoints a worker reported off its own address
 
     def _send(
         self, identity: bytes, kind: Kind, header: dict[str, Any] | None = None, data: Any = None
@@ -132,8 +134,11 @@ class Tables:
         seen: set[str] = set()
         for a in reported:
             actor_id = a["actor_id"]
-            seen.add(actor_id)
             job = self.jobs.get(actor_id)
+            if a["endpoint"] and self.endpoint_problem(worker, a["endpoint"]) is not None:
+                self._send(worker.identity, Kind.KILL, {"actor_id": actor_id})
+                continue  # (a job of it ends below: it was not seen)
+            seen.add(actor_id)
             if job is None and actor_id in self._gone:
                 self._send(worker.identity, Kind.KILL, {"actor_id": actor_id})
                 continue
@@ -173,6 +178,23 @@ class Tables:
         for job in [j for j in self.jobs.values() if j.worker_id == worker.peer_id]:
             if job.actor_id not in seen and job.state == "running":
                 self._job_ended(job, f"its process ended while worker {worker.peer_id} was away")
+
+    def endpoint_problem(self, worker: Peer, endpoint: str) -> str | None:
+        """Why the client must not connect to ``endpoint`` for an actor of ``worker`` (logged,
+        naming the worker), or None: it must be on the address the worker joined from."""
+        problem = security.endpoint_problem(endpoint, worker.admitted)
+        if problem is not None:
+            self.refused_endpoints += 1
+            log.warning(
+                "refused actor endpoint %r of worker %s (%s, pid %d, joined from %s): %s",
+                endpoint[:120],
+                worker.peer_id,
+                worker.name or "-",
+                worker.pid,
+                worker.admitted or "?",
+                problem,
+            )
+        return problem
 
     def _owner_for(self, job: Job) -> Peer | None:
         client = self.peers.get(job.client_id)
@@ -272,9 +294,14 @@ class Tables:
                     "actor_id": job.actor_id,
                     "endpoint": job.endpoint,
                     "worker_id": job.worker_id,
+                    "worker_addr": self._admitted(job.worker_id),
                     "pid": job.pid,
                 },
             )
+
+    def _admitted(self, worker_id: str) -> str:
+        worker = self.peers.get(worker_id)
+        return worker.admitted if worker is not None else ""
 
     def _free_capacity(self) -> str:
         parts = [
@@ -480,6 +507,7 @@ class Tables:
                     "uptime_s": round(now - self.started, 3),
                     "malformed": self.malformed,
                     "refused": self.refused,
+                    "refused_endpoints": self.refused_endpoints,
                 },
                 "workers": workers,
                 "clients": clients,

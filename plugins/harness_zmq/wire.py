@@ -19,8 +19,8 @@ msgpack keeps these types exactly, and neither side runs the pickler for the com
 
 Decoding the header is msgpack only (``"p"`` stays opaque bytes), so any peer can be answered
 (or refused) without unpickling anything. Payloads are unpickled only from authenticated
-peers: loopback sockets (the default, reachable only from this host) or CURVE-authenticated
-ones (see security.py).
+peers: every socket is CURVE-authenticated, loopback included (see security.py), so a peer
+without the keys never gets a message through.
 
 Malformed input raises :class:`MalformedFrame`; every receive loop catches it, counts it and
 drops the message. The invariant kept across protocol versions is that frame 0 is a msgpack map
@@ -46,11 +46,13 @@ import msgpack
 import zmq
 import zmq.backend
 
-PROTOCOL = 4
+PROTOCOL = 5
 """Bumped on any incompatible change of the envelope, the kinds or their fields (2: small
 payloads inline in the header; 3: plain scalar arguments and results as msgpack fields "a"
 and "r"; 4: an INIT's pickle names the shipping functions in ``harness_zmq.shipping``, so an
-older actor refuses it by version instead of failing to import them)."""
+older actor refuses it by version instead of failing to import them; 5: every connection is
+CURVE, loopback included, and ``placed`` names the address its worker joined from,
+``worker_addr``, which the client checks the endpoint against)."""
 
 SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
 """Types that travel as msgpack values ("a", "r") instead of pickles: msgpack round-trips each
@@ -83,7 +85,7 @@ class Kind(enum.StrEnum):
 
     # client <-> master: placing actors
     PLACE = "place"  # id, cpus, gpus, memory_mb -> master picks a worker
-    PLACED = "placed"  # id, actor_id, endpoint (the actor's own ROUTER address)
+    PLACED = "placed"  # id, actor_id, endpoint, worker_id, worker_addr, pid   |   id, error
     RELEASE = "release"  # actor_id
     ACTOR_DIED = "actor_died"  # actor_id, reason: master -> owning client
 

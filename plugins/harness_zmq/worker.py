@@ -125,7 +125,11 @@ class Worker:
                 f"pass --keys DIR (the directory made by 'harness cluster keys', copied to "
                 f"this host)."
             )
-        self.keys = keys
+        if keys is None:  # a cluster on this host: the keys its start recorded here
+            from harness_zmq.clusters import cluster_keys
+
+            keys = cluster_keys(master)
+        self.keys: Keys = keys
         self.name = name or socket.gethostname()
         self.connect_timeout = connect_timeout
         self.heartbeat_s = 1.0

@@ -29,7 +29,7 @@ from harness_zmq import wire
 from harness_zmq.capture import RING_BYTES, LogRing
 from harness_zmq.live import LOG_CHARS
 from harness_zmq.master import Master
-from harness_zmq.security import generate_keys, load_keys
+from harness_zmq.security import Guard, generate_keys, load_keys
 from harness_zmq.wire import Kind
 from harness_zmq.worker import Worker
 
@@ -307,6 +307,9 @@ def test_output_from_other_peers_is_refused(cluster: InProcessCluster) -> None:
             for role in (None, "client", "worker"):  # unregistered, a client, another worker
                 sock = context.socket(zmq.DEALER)
                 sock.linger = 0
+                # peers WITH the keys (nobody else gets through the handshake): still no
+                # writing into another worker's actor output
+                Guard(context, cluster.master.keys).client(sock)
                 sock.connect(cluster.address)
                 peer_id = _say_hello(sock, role) if role else "w999-0000"
                 frames = _heartbeat_with_output(actor_id, f"FORGED by {role}\n")

@@ -31,6 +31,7 @@ from harness.config import layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.runtime import env_info, make_agent, make_envs
 from harness.runtime.inference import PolicyServer
+from harness_zmq.security import Guard, set_process_keys
 
 pytestmark = pytest.mark.distributed
 
@@ -63,6 +64,10 @@ def test_the_relay_answers_what_the_agent_samples_and_drops_what_is_malformed(
     actors: list[Any] = []
     raw = zmq.Context.instance().socket(zmq.DEALER)
     raw.linger = 0
+    # the relay takes CURVE peers only: this process stands in for remote actors, which hold
+    # the cluster's keys (from their spawn request), and for a key holder sending garbage
+    set_process_keys(client.keys)
+    Guard(zmq.Context.instance(), client.keys).client(raw)
     try:
         assert relay.link.endpoint.startswith("tcp://127.0.0.1:")
         server.publish(3, learner.weights(), 0)
@@ -101,6 +106,7 @@ def test_the_relay_answers_what_the_agent_samples_and_drops_what_is_malformed(
         assert not raw.poll(300), "a retired actor's request was answered"
         assert relay.stats()["farm/inference_malformed"] == len(bad)
     finally:
+        set_process_keys(None)
         raw.close()
         for actor in actors:
             actor.close()

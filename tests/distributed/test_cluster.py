@@ -36,6 +36,8 @@ from harness.errors import HarnessError
 from harness.remote import handle_of
 from harness_zmq import wire
 from harness_zmq.cli import request_status
+from harness_zmq.clusters import keys_for
+from harness_zmq.security import Guard, ephemeral_keys, load_keys
 from harness_zmq.wire import Kind
 
 pytestmark = pytest.mark.distributed
@@ -374,11 +376,11 @@ def test_master_restart_is_survived(env: dict[str, str], tmp_path: Path) -> None
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(lambda: request_status(address)["workers"], 10, "the worker to join")
+        wait_for(lambda: status_of(address)["workers"], 10, "the worker to join")
         with harness.connect(address):
             sim = Sim(seed=7)
             actor_pid = sim.pid()
-            before = request_status(address)
+            before = status_of(address)
             (job,) = before["jobs"]
             (client,) = before["clients"]
             worker_id = before["workers"][0]["id"]
@@ -399,14 +401,12 @@ def test_master_restart_is_survived(env: dict[str, str], tmp_path: Path) -> None
             assert after["jobs"][0]["pid"] == actor_pid
             assert sim.step(5) == 10  # the client talks to its actor directly throughout
             # the client is known again (by its heartbeats) and still owns the actor
-            after = wait_for(
-                lambda: (s := request_status(address))["clients"] and s, 5, "the client"
-            )
+            after = wait_for(lambda: (s := status_of(address))["clients"] and s, 5, "the client")
             assert after["clients"][0]["id"] == client["id"]
             assert after["jobs"][0]["client_id"] == client["id"]
             second = Sim(seed=8)  # placing works with the new master
             assert second.step(2) == 4
-        wait_for(lambda: not request_status(address)["jobs"], 5, "the release on close")
+        wait_for(lambda: not status_of(address)["jobs"], 5, "the release on close")
     finally:
         if worker is not None:
             worker.terminate()
@@ -420,9 +420,14 @@ def test_master_restart_is_survived(env: dict[str, str], tmp_path: Path) -> None
             p.wait(timeout=10)
 
 
+def status_of(address: str, timeout: float = 3.0) -> Any:
+    """The status of a cluster started on this host, with the keys it recorded here."""
+    return request_status(address, keys_for(None, None, address), timeout=timeout)
+
+
 def _status_or_none(address: str) -> Any:
     try:
-        return request_status(address, timeout=0.5)
+        return status_of(address, timeout=0.5)
     except HarnessError:
         return None
 
@@ -506,6 +511,7 @@ def _fire(endpoint: str, messages: list[list[bytes]], keys: Any = None) -> None:
     sock = context.socket(zmq.DEALER)
     sock.linger = 5000
     sock.sndhwm = 0
+    Guard(context, keys).client(sock)  # with keys: a peer the cluster lets in
     try:
         sock.connect(endpoint)
         for frames in messages:
@@ -533,7 +539,8 @@ def test_malformed_frames_do_not_crash_master_or_actor(cluster: Cluster) -> None
         assert sim.step(1) == 2
         endpoint = handle_of(sim).endpoint  # type: ignore[attr-defined]
         t0 = time.monotonic()
-        _fire(cluster.address, to_master)
+        keys = load_keys(cluster.keys)  # a peer with the keys: what may it still send?
+        _fire(cluster.address, to_master, keys)
         status = wait_for(
             lambda: (s := cluster.status())["master"]["malformed"] >= len(to_master) and s,
             20,
@@ -551,11 +558,12 @@ def test_malformed_frames_do_not_crash_master_or_actor(cluster: Cluster) -> None
 
         to_actor = [_garbage(rng) for _ in range(10_000)]
         _raw_tcp_garbage(endpoint, rng)
-        _fire(endpoint, to_actor)
-        # the actor counts them; ask it on another connection (PING answers any peer)
+        _fire(endpoint, to_actor, keys)
+        # the actor counts them; ask it on another connection (PING answers any key holder)
         context = zmq.Context()
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
+        Guard(context, keys).client(sock)
         try:
             sock.connect(endpoint)
 
@@ -579,6 +587,7 @@ def test_version_mismatch_is_refused_naming_both_versions(cluster: Cluster) -> N
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
+    Guard(context, load_keys(cluster.keys)).client(sock)
     try:
         sock.connect(cluster.address)
         head = {"v": other, "k": "hello", "role": "client", "name": "future", "pid": 1}
@@ -616,15 +625,22 @@ def test_wrong_address_fails_fast_and_clearly(env: dict[str, str]) -> None:
     assert time.monotonic() - t0 < 5
     t0 = time.monotonic()
     proc = cli("join", nobody, "--cpus", "1", "--connect-timeout", "2", env=env)
+    # nothing recorded for that address: no keys to join it with, said at once
+    assert proc.returncode == 2 and "no CURVE keys are recorded" in proc.stderr
+    assert "--keys" in proc.stderr and "Traceback" not in proc.stderr
+    keys = Path(env["HARNESS_STATE_DIR"]) / "some-keys"
+    assert cli("keys", str(keys), env=env).returncode == 0
+    argv = ("join", nobody, "--cpus", "1", "--connect-timeout", "2", "--keys", str(keys))
+    proc = cli(*argv, env=env)
     assert proc.returncode == 2 and "no cluster master answered at " + nobody in proc.stderr
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 15
     proc = cli("stop", nobody, env=env)
     assert proc.returncode == 2 and "nothing is listening" in proc.stderr
     proc = cli("status", "localhost:7450", env=env)
     assert proc.returncode == 2 and "tcp://HOST:PORT" in proc.stderr
     t0 = time.monotonic()
     with pytest.raises(HarnessError, match="no answer from a harness master"):
-        harness.connect(nobody, connect_timeout_s=2)
+        harness.connect(nobody, connect_timeout_s=2, keys=ephemeral_keys())
     assert time.monotonic() - t0 < 5
     no_state = cli("status", env=env)
     assert no_state.returncode == 2 and "no running cluster is recorded" in no_state.stderr
@@ -671,7 +687,7 @@ def test_curve_cluster_admits_only_clients_with_the_keys(
 
     t0 = time.monotonic()
     with pytest.raises(HarnessError, match="no answer from a harness master"):
-        harness.connect(c.address, connect_timeout_s=2)
+        harness.connect(c.address, connect_timeout_s=2, keys=ephemeral_keys())  # a stranger
     assert time.monotonic() - t0 < 5
     # a plain request without keys is not answered either
     with pytest.raises(HarnessError, match="not a master that lets this client in"):

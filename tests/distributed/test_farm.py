@@ -225,8 +225,13 @@ def test_more_actors_than_envs_is_a_config_error(tmp_path: Path) -> None:
 
 def test_unreachable_cluster_fails_fast_and_clearly(tmp_path: Path) -> None:
     from harness.errors import HarnessError
+    from harness_zmq.security import generate_keys
 
     start = time.monotonic()
+    keys = generate_keys(tmp_path / "keys")
     with pytest.raises(HarnessError, match="no answer from a harness master"):
-        run_farm(tmp_path, ["actors=2", "cluster='tcp://127.0.0.1:1'"])
+        run_farm(tmp_path, ["actors=2", "cluster='tcp://127.0.0.1:1'", f"cluster_keys='{keys}'"])
     assert time.monotonic() - start < 30
+    # without run.cluster_keys, and none recorded on this host for that address: said at once
+    with pytest.raises(HarnessError, match=r"no CURVE keys are recorded.*run.cluster_keys"):
+        run_farm(tmp_path, ["actors=2", "cluster='tcp://127.0.0.1:1'"])

@@ -45,6 +45,7 @@ from harness.remote import (
 from harness_zmq import wire
 from harness_zmq.actor import ActorLauncher
 from harness_zmq.client import LOCAL_ACTOR_NICE, ZmqActor, ZmqClient, connect, shipped_sources
+from harness_zmq.security import Guard, ephemeral_keys
 
 pytestmark = pytest.mark.distributed
 
@@ -603,6 +604,8 @@ def raw(counter: Any) -> Iterator[tuple[zmq.Socket[Any], Any]]:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
+    # a peer WITH the keys (every actor authenticates its callers): what it may still send
+    Guard(ctx, handle_of(counter)._client.keys).client(sock)
     sock.connect(handle_of(counter).endpoint)
     try:
         yield sock, counter
@@ -680,6 +683,7 @@ def test_an_actor_serves_only_after_init() -> None:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.linger = 0
+        Guard(ctx, launcher.keys).client(sock)  # the launcher's own (in-memory) keys
         sock.connect(endpoint)
         try:
             msg = request(sock, wire.pack(wire.Kind.CALL, {"id": 3, "m": "x"}, ((), {})), 3)
@@ -1039,8 +1043,11 @@ def test_connect_to_nothing_fails_fast_and_clearly() -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(HarnessError, match="no answer from a harness master"):
-        connect(address, connect_timeout_s=1.0)
+        connect(address, connect_timeout_s=1.0, keys=ephemeral_keys())
     assert time.monotonic() - started < 4
+    # no keys given and none recorded for that address: said at once, naming the fixes
+    with pytest.raises(HarnessError, match=r"no CURVE keys.*--keys DIR, run.cluster_keys"):
+        connect(address, connect_timeout_s=1.0)
     with pytest.raises(HarnessError, match="tcp://HOST:PORT"):
         connect("localhost:7450")
 
@@ -1053,10 +1060,13 @@ class FakeMaster:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.linger = 0
+        self.keys = ephemeral_keys()
+        self.guard = Guard(self.ctx, self.keys)
+        self.guard.server(self.sock, "127.0.0.1")
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.address = f"tcp://127.0.0.1:{port}"
         self.refuse = refuse
-        self.launcher = ActorLauncher()
+        self.launcher = ActorLauncher(keys=self.keys)
         self.procs: dict[str, Any] = {}
         self.seen: list[wire.Message] = []
         self.client: bytes | None = None
@@ -1096,6 +1106,7 @@ class FakeMaster:
                         "actor_id": actor_id,
                         "endpoint": endpoint,
                         "worker_id": "w1",
+                        "worker_addr": "127.0.0.1",
                         "pid": proc.pid,
                     },
                 )
@@ -1121,13 +1132,14 @@ class FakeMaster:
         self.thread.join(timeout=5)
         self.launcher.close()
         self.sock.close()
+        self.guard.close()
         self.ctx.term()
 
 
 def test_cluster_client_against_a_fake_master() -> None:
     master = FakeMaster()
     try:
-        c = connect(master.address, heartbeat_s=0.2)
+        c = connect(master.address, heartbeat_s=0.2, keys=master.keys)
         try:
             assert c.peer_id == "c1"
             c.report_metrics({"steps_per_s": 12.5, "inbox": 3})
@@ -1166,7 +1178,7 @@ def test_cluster_refusal_is_a_clear_error() -> None:
     master = FakeMaster(refuse="protocol version mismatch: you speak 1, this master speaks 2")
     try:
         with pytest.raises(HarnessError, match="refused this client: protocol version mismatch"):
-            connect(master.address, connect_timeout_s=5)
+            connect(master.address, connect_timeout_s=5, keys=master.keys)
     finally:
         master.close()
 

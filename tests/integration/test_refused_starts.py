@@ -10,6 +10,7 @@ Each case runs the real CLI in a child process in which the extra's modules cann
 from __future__ import annotations
 
 import configparser
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,12 +107,14 @@ def test_every_extra_named_for_a_module_exists_in_setup_cfg() -> None:
 def test_an_unreachable_cluster_is_refused_without_a_run_directory(tmp_path: Path) -> None:
     """The run directory exists by the time the farm dials its cluster; a refused dial must
     remove it (port 9, discard: nothing listens on loopback there)."""
-    out = tmp_path / "runs"
+    out, keys = tmp_path / "runs", tmp_path / "keys"
+    env = {**os.environ, "HARNESS_STATE_DIR": str(tmp_path / "state")}
+    # every cluster has keys (loopback included): with none, the run stops before it dials
+    cli = [sys.executable, "-m", "harness.cli"]
+    subprocess.run([*cli, "cluster", "keys", str(keys)], check=True, env=env, timeout=60)
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "harness.cli",
+            *cli,
             "run",
             "competitions/cartpole",
             "--actors",
@@ -120,6 +123,8 @@ def test_an_unreachable_cluster_is_refused_without_a_run_directory(tmp_path: Pat
             "64",
             "--set",
             "run.cluster=tcp://127.0.0.1:9",
+            "--set",
+            f"run.cluster_keys={keys}",
             "--out",
             str(out),
         ],
@@ -127,6 +132,7 @@ def test_an_unreachable_cluster_is_refused_without_a_run_directory(tmp_path: Pat
         capture_output=True,
         text=True,
         timeout=240,
+        env=env,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "no answer from a harness master" in proc.stderr
