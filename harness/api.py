@@ -17,6 +17,8 @@ method. See docs/architecture.md for how a second backend plugs in.
 from __future__ import annotations
 
 import abc
+import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from harness.errors import CheckpointError
 from harness.numpy_nets import PolicyProgram
 
 Tensor = Any
@@ -390,12 +393,17 @@ class Backend(Protocol):
         ...
 
     def save(self, payload: Mapping[str, Any], path: Path) -> None:
-        """Write a dict of backend states, numpy arrays and plain values to one file in the
-        framework's own format (``agent.<name>`` in a checkpoint)."""
+        """Write a dict of backend states, numpy arrays and plain values to one file
+        (``agent.<name>`` in a checkpoint) as data that cannot carry code: through
+        :func:`harness.safestate.save_state` with a codec for the framework's tensors, never a
+        pickle. (A backend that can read its pickles of earlier versions adds
+        ``load_legacy(path) -> dict`` for ``harness checkpoint convert --trust``.)"""
         ...
 
     def load(self, path: Path) -> dict[str, Any]:
-        """Read what :meth:`save` wrote, with tensors on :attr:`device`."""
+        """Read what :meth:`save` wrote, with tensors on :attr:`device`, without unpickling
+        (:func:`harness.safestate.load_state`); a malformed or legacy file raises
+        :class:`harness.errors.CheckpointError`."""
         ...
 
     def seed(self, seed: int) -> None:
@@ -424,7 +432,10 @@ class Algorithm(abc.ABC):
 
     @abc.abstractmethod
     def state(self) -> dict[str, Any]:
-        """Backend-native state of every model and optimiser, for checkpoints."""
+        """Backend-native state of every model and optimiser, for checkpoints: the backend's
+        :meth:`Backend.state` values, numpy arrays and plain data (dicts, lists, tuples,
+        numbers, strings); anything else is refused when a checkpoint is written, naming its
+        key (a checkpoint holds no pickle, :mod:`harness.safestate`)."""
 
     @abc.abstractmethod
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -591,7 +602,9 @@ class Agent(abc.ABC):
         """Restore what :meth:`data_state` returned."""
 
     def extra_state(self) -> dict[str, Any]:
-        """Small picklable counters (schedules, update counts); extend with ``super()``."""
+        """Small counters (schedules, update counts); extend with ``super()``. Plain data
+        only (what :mod:`harness.safestate` stores: dicts, lists, tuples, numbers, strings,
+        numpy arrays): a checkpoint holds no pickle."""
         return {
             "env_steps": self.env_steps,
             "updates": self.updates,
@@ -619,6 +632,13 @@ class Agent(abc.ABC):
         }
         self.backend.save(payload, directory / f"agent.{self.backend.name}")
         data = self.data_state()
+        objects = [k for k, v in data.items() if np.asarray(v).dtype.hasobject]
+        if objects:  # np.savez would pickle them, and restore() never unpickles
+            raise CheckpointError(
+                f"data_state() of {type(self).__name__} returned arrays of Python objects "
+                f"({', '.join(objects)}), which a checkpoint cannot hold: return numeric or "
+                f"string arrays."
+            )
         if data:
             np.savez(directory / "data.npz", **data)  # type: ignore[arg-type]
 
@@ -632,8 +652,7 @@ class Agent(abc.ABC):
         self.backend.set_rng_state(payload["rng"])
         data_file = directory / "data.npz"
         if with_data and data_file.exists():
-            with np.load(data_file, allow_pickle=False) as data:
-                self.load_data_state({k: data[k] for k in data.files})
+            self.load_data_state(_read_npz(data_file))
 
     def weights(self) -> dict[str, np.ndarray]:
         """The policy weights sent to actors: :meth:`Algorithm.policy_weights`; an agent whose
@@ -643,6 +662,18 @@ class Agent(abc.ABC):
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load what :meth:`weights` returned (farm actors, each new version)."""
         self.algorithm.set_policy_weights(weights)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a checkpoint's ``data.npz``, never unpickling (object arrays refused)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        raise CheckpointError(
+            f"Checkpoint file {path} is corrupt or truncated ({type(exc).__name__}: {exc}); "
+            f"harness cannot load it. Use another checkpoint of the run (checkpoints/step_*)."
+        ) from None
 
 
 Obs = Any

@@ -1,5 +1,7 @@
 """Built-in plugin: what the core itself registers (the CSV tracker and ``harness plot``).
-Built-ins are plugins too, registered the same way, and can be blocked with ``-p no:builtin``."""
+Built-ins are plugins too, registered the same way, and can be blocked with ``-p no:builtin``.
+(``harness checkpoint convert`` is a core command of :mod:`harness.cli`: it must work with
+every plugin blocked.)"""
 
 from __future__ import annotations
 
@@ -39,5 +41,5 @@ def harness_register_commands() -> list[CommandSpec]:
                 "Plot a metric of several run directories in one PNG. Runs whose configs differ "
                 "only by seed are drawn as their mean with a min-max or std band."
             ),
-        )
+        ),
     ]

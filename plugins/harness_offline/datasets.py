@@ -115,6 +115,15 @@ def open_dataset(directory: Path) -> Any:
         raise ConfigError(
             f"Dataset file {meta} is corrupt ({exc}). Delete {directory} and {HOW_TO_MAKE}."
         ) from None
+    missing = [k for k in ("observation_space", "action_space") if not isinstance(raw.get(k), str)]
+    if missing:
+        # Minari would rebuild the env from the file's env_spec (gym.make imports and calls
+        # its entry point: code named by the dataset would run here); harness never does
+        raise ConfigError(
+            f"Dataset file {meta} has no {' and no '.join(missing)}. harness reads a dataset's "
+            f"spaces from its metadata and never builds the env its env_spec names (that "
+            f"would run code the file chooses). Delete {directory} and {HOW_TO_MAKE}."
+        )
     if raw.get("data_format", "hdf5") == "hdf5" and not (data / MAIN_FILE).is_file():
         raise ConfigError(
             f"Dataset file {data / MAIN_FILE} is missing. Delete {directory} and {HOW_TO_MAKE}."

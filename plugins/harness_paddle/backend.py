@@ -33,6 +33,7 @@ from harness.errors import ConfigError
 from harness_paddle.config import PaddleConfig
 from harness_paddle.framework import F, core, mkl_cpu_type, nn, paddle
 from harness_paddle.recurrent import Recurrent
+from harness_paddle.state import load_legacy, load_payload, save_payload
 
 __all__ = ["PIN_MIN_BYTES", "PaddleBackend", "mkl_cpu_type"]
 
@@ -468,12 +469,16 @@ class PaddleBackend:
         obj.set_state_dict(dict(state))
 
     def save(self, payload: Mapping[str, Any], path: Path) -> None:
-        paddle.save(dict(payload), str(path))
+        # arrays + JSON (harness.safestate), never a pickle: run directories are shared
+        save_payload(payload, path, self.device.startswith("gpu"))
 
     def load(self, path: Path) -> dict[str, Any]:
-        # a file this process family wrote into its own run directory (never a peer's bytes)
-        payload: dict[str, Any] = paddle.load(str(path))
-        return payload
+        return load_payload(path, self.device.startswith("gpu"))
+
+    def load_legacy(self, path: Path) -> dict[str, Any]:
+        """A ``paddle.save`` checkpoint of an earlier harness version (UNPICKLES: only
+        ``harness checkpoint convert --trust`` calls it)."""
+        return load_legacy(path)
 
     def seed(self, seed: int) -> None:
         paddle.seed(seed)

@@ -26,6 +26,7 @@ from harness_torch import int8
 from harness_torch.config import TorchConfig
 from harness_torch.int8 import Int8CNN
 from harness_torch.recurrent import Recurrent
+from harness_torch.state import load_legacy, load_payload, save_payload
 
 log = logging.getLogger(__name__)
 
@@ -461,13 +462,16 @@ class TorchBackend:
         obj.load_state_dict(state)
 
     def save(self, payload: Mapping[str, Any], path: Path) -> None:
-        torch.save(dict(payload), path)
+        # arrays + JSON (harness.safestate), never a pickle: run directories are shared
+        save_payload(payload, path, self._device)
 
     def load(self, path: Path) -> dict[str, Any]:
-        # weights_only=False: optimiser and RNG states are plain containers, but the file is one
-        # this process family wrote into its own run directory (never a network peer's bytes).
-        payload: dict[str, Any] = torch.load(path, map_location=self._device, weights_only=False)
-        return payload
+        return load_payload(path, self._device)
+
+    def load_legacy(self, path: Path) -> dict[str, Any]:
+        """A ``torch.save`` checkpoint of an earlier harness version (UNPICKLES: only
+        ``harness checkpoint convert --trust`` calls it)."""
+        return load_legacy(path)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
