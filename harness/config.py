@@ -19,6 +19,7 @@ import inspect
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import textwrap
@@ -108,7 +109,8 @@ class RunConfig:
     transport = 'ray' a Ray address, HOST:PORT or ray://HOST:PORT); empty starts an embedded
     local farm on this machine (with 'ray': RAY_ADDRESS, else a local Ray)."""
     cluster_keys: str = ""
-    """CURVE key directory (`harness cluster keys DIR`) for a cluster on a non-loopback address."""
+    """CURVE key directory of the cluster (`harness cluster keys DIR`); empty: the keys this
+    host recorded for the cluster's address when `harness cluster start` made them."""
     transport: str = "zmq"
     """Transport plugin that runs the actors: 'zmq' (the ZeroMQ farm) or 'ray' (Ray actors,
     pip install 'harness[ray]')."""
@@ -409,6 +411,55 @@ def check_run(run: RunConfig, where: Mapping[str, str]) -> None:
         )
 
 
+_LEARNING_RATE = re.compile(r"(^|_)(lr|learning_rate)($|_)")
+"""Field names of learning rates (``learning_rate``, ``vf_learning_rate``, ``lr_actor``)."""
+
+_LAYER_WIDTHS = re.compile(r"(^|_)hidden$")
+"""Field names of layer widths (``hidden = [64, 64]``, ``rnn_hidden = 64``)."""
+
+
+def is_learning_rate(key: str) -> bool:
+    """Whether the option ``key`` (``learning_rate``, ``algo.lr_actor``) names a learning
+    rate: a word ``lr`` or ``learning_rate`` in its last part."""
+    return bool(_LEARNING_RATE.search(key.rpartition(".")[2]))
+
+
+def check_learning_rate(key: str, value: Any, origin: str = "config") -> None:
+    """Refuse a learning rate that is not a finite number > 0 (NaN trains to NaN weights, a
+    negative one climbs the loss), naming ``origin`` (a file, ``--set ...``) and ``key``.
+    Used for every algorithm's learning-rate options (:func:`check_algo_options`) and for
+    search bounds of them (``harness tune``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return  # (the type check names a wrong type)
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"{origin}: {key} = {value!r} is not a usable learning rate: it must be a finite "
+            f"number greater than 0 (e.g. --set {key}=3e-4)."
+        )
+
+
+def check_algo_options(options: Any, where: Mapping[str, str], section: str = "algo") -> None:
+    """Refuse what no algorithm can train with, whatever its plugin checks itself: a
+    learning rate that is not finite and > 0 (every field :func:`is_learning_rate` names)
+    and a layer width below 1 (fields named ``hidden`` or ``*_hidden``: ``[-5]``, ``0``)."""
+    if options is None or not dataclasses.is_dataclass(options):
+        return
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        origin = where.get(f.name, "config")
+        key = f"{section}.{f.name}"
+        if is_learning_rate(f.name):
+            check_learning_rate(key, value, origin)
+        elif _LAYER_WIDTHS.search(f.name):
+            widths = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(w, int) and not isinstance(w, bool) and w < 1 for w in widths):
+                example = "[64,64]" if isinstance(value, list | tuple) else "64"
+                raise ConfigError(
+                    f"{origin}: {key} = {value!r}: every layer needs a width of 1 or more "
+                    f"(e.g. --set {key}={example})."
+                )
+
+
 def type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -649,9 +700,11 @@ def resolve(raw: RawConfig, registry: Registry) -> Config:
             and key in {f.name for f in dataclasses.fields(spec.config_cls)}
         ]
 
+    algo = section("algo", algo_spec.config_cls, f"algorithm {run.algo!r}")
+    check_algo_options(algo, raw.where("algo"))
     return Config(
         run=run,
-        algo=section("algo", algo_spec.config_cls, f"algorithm {run.algo!r}"),
+        algo=algo,
         env=section("env", env_spec.config_cls, f"env family {env_spec.name!r}"),
         backend=section("backend", backend_spec.config_cls, f"backend {run.backend!r}"),
         sources=dict(sources),

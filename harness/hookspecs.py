@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         TrackerSpec,
         TransportSpec,
     )
-    from harness.runtime.run import Run
+    from harness.runtime.state import Run
 
 PROJECT = "harness"
 """The pluggy project name, and the entry-point group plugins are advertised in."""
@@ -128,4 +128,5 @@ def harness_checkpoint(run: Run, path: Path) -> None:
 @hookspec
 def harness_run_end(run: Run, summary: Mapping[str, Any]) -> None:
     """Called once when the run finishes, with its summary (the ``summary.json`` values);
-    also after an error, with an empty ``summary``."""
+    also after an error: empty, or, where the run ended cleanly on an error it could name
+    (a full disk, an env fault), the partial summary with its ``error``."""

@@ -24,12 +24,21 @@ from harness.cpus import cpu_share
 from harness.errors import (
     CheckpointError,
     ConfigError,
+    HarnessError,
     IncompatibleError,
     MissingExtraError,
     PluginError,
 )
 from harness.plugins import HarnessPluginManager
 from harness.registry import AlgorithmSpec, Registry
+from harness.rundir import (
+    RunLock,
+    check_checkpoint_files,
+    check_free_space,
+    check_writable_dir,
+    estimate_checkpoint_bytes,
+    lock_run_dir,
+)
 from harness.runtime.inference import check_inference_agent, check_inference_config
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
@@ -213,6 +222,49 @@ def check_actor_capacity(run: RunConfig, available_mb: float | None = None) -> N
         )
 
 
+def replay_row_bytes(info: EnvInfo) -> int:
+    """Bytes one transition takes in a replay memory of ``info``'s env: observation and next
+    observation (float32, or uint8 images), action (int64 index or float32 box), reward and
+    done (float32), for every agent of a multi-agent env."""
+    agents = info.agents or ("",)
+    observations = info.observations or {"": info.observation}
+    actions = info.actions or {"": info.action}
+    total = 0
+    for name in agents:
+        obs, act = observations[name], actions[name]
+        obs_bytes = obs.flat_dim * (1 if obs.dtype == "uint8" else 4)
+        act_bytes = 8 if act.kind == "discrete" else act.flat_dim * 4
+        total += 2 * obs_bytes + act_bytes + 4 + 4
+    return total
+
+
+def check_replay_memory(config: Config, info: EnvInfo, available_mb: float | None = None) -> None:
+    """Refuse, before anything is allocated, an ``algo.buffer_size`` whose replay memory
+    this machine cannot hold (numpy's allocation error, or the OOM killer hours into the
+    run). The estimate (:func:`replay_row_bytes` per transition) is a lower bound: an
+    algorithm that stores sequences or episodes needs more."""
+    size = getattr(config.algo, "buffer_size", None)
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        return
+    available = available_memory_mb() if available_mb is None else available_mb
+    if available is None:
+        return
+    row = replay_row_bytes(info)
+    needed = size * row / 2**20
+    if needed <= available:
+        return
+    fits = int(available * 2**20 / 2 // row)  # half the memory: the rest of the run needs some
+    unit = 10 ** max(0, len(str(fits)) - 1)
+    fits = max(1, fits // unit * unit)  # rounded down to one significant digit
+    origin = config.sources.get("algo.buffer_size", "config")
+    raise ConfigError(
+        f"{origin}: algo.buffer_size = {size:_} transitions need at least {needed:,.0f} MiB of "
+        f"replay memory ({row} bytes each for {info.env_id!r}: observation, next "
+        f"observation, action, reward, done), but this machine has {available:,.0f} MiB "
+        f"available. Lower it, e.g. --set algo.buffer_size={fits}."
+    )
+
+
 def _check_farm(config: Config) -> None:
     """Refuse an actor count the run cannot start (before any env, buffer or process)."""
     run = config.run
@@ -264,7 +316,7 @@ def make_envs(
     options = config.env
     if evaluation and spec.evaluation_options is not None:
         options = spec.evaluation_options(options)
-    return spec.make_env(
+    envs = spec.make_env(
         env_id,
         num_envs=num_envs,
         seed=seed,
@@ -272,6 +324,21 @@ def make_envs(
         options=options,
         **kwargs,
     )
+    missing = [a for a in ("num_envs", "reset", "step", "close") if not hasattr(envs, a)]
+    if missing:  # (else a bare AttributeError somewhere later names nothing)
+        raise PluginError(
+            f"The env family {spec.name!r} of plugin {spec.plugin or '?'!r} returned "
+            f"{type(envs).__name__} {_short(envs)} from make_env({env_id!r}, num_envs="
+            f"{num_envs}), which has no {', '.join(missing)}: make_env must return a vector env "
+            "(gymnasium.vector.VectorEnv or the like, with num_envs, reset, step and close). "
+            "Fix the env plugin (harness.testing.check_env checks it)."
+        )
+    return envs
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
@@ -325,9 +392,11 @@ def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int)
             if asked:
                 raise
             log.debug("default tracker %r is not installed: %s", name, exc)
-        except PluginError as exc:
-            log.warning("tracker %r is unavailable and skipped: %s", name, exc)
-        except Exception as exc:  # a tracker never stops a run, not even when it cannot start
+        except Exception as exc:
+            if asked:  # one the user named must start (docs/plugins.md): refused, named
+                _close_all(trackers)
+                raise _tracker_failed(name, spec.plugin, exc, config) from exc
+            # a default tracker never stops a run, not even when it cannot start
             log.warning(
                 "tracker %r (plugin %s) failed to start and is skipped: %s: %s",
                 name,
@@ -336,6 +405,24 @@ def make_trackers(config: Config, registry: Registry, run_dir: Path, start: int)
                 exc,
             )
     return MetricsRouter(trackers)
+
+
+def _tracker_failed(name: str, plugin: str, exc: Exception, config: Config) -> PluginError:
+    where = config.sources.get("run.trackers", "config")
+    kept = [t for t in config.run.trackers if t != name]
+    return PluginError(
+        f"Tracker {name!r} (plugin {plugin or '?'!r}), named in run.trackers ({where}), failed "
+        f"to start: {type(exc).__name__}: {str(exc).strip().rstrip('.')}. Fix what it needs, "
+        f"or run without it: --set 'run.trackers={json.dumps(kept)}'."
+    )
+
+
+def _close_all(trackers: Mapping[str, Tracker]) -> None:
+    for tracker in trackers.values():
+        try:
+            tracker.close()
+        except Exception:  # (the error being raised is the one to report)
+            log.debug("closing a tracker of a refused run raised", exc_info=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -377,34 +464,51 @@ def build_run(
 ) -> Run:
     """Everything a run needs, restored from ``resume`` (a run directory) when given. The
     run's config is ``config`` with ``run.actors = -1`` made concrete (:func:`farm_size`);
-    ``config`` itself is not changed."""
+    ``config`` itself is not changed. The run directory is locked for the run's life
+    (:attr:`Run.lock`); a resume takes the lock first, then reads and checks everything it
+    loads (checkpoint, runner state, agent) before it writes a byte."""
     pm.hook.harness_configure(config=config)
     check_backend_supported(registry, config.run.algo, config.run.backend)  # before any file
-    ckpt = None
+    lock = lock_run_dir(resume, "harness run --resume") if resume is not None else None
+    try:
+        return _build_run(config, registry, pm, resume, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _build_run(
+    config: Config,
+    registry: Registry,
+    pm: HarnessPluginManager,
+    resume: Path | None,
+    lock: RunLock | None,
+) -> Run:
+    ckpt, state = None, {}
     if resume is not None:
         ckpt = latest_checkpoint(resume)
         check_compatible(read_meta(ckpt), config.run, ckpt)
+        check_checkpoint_files(ckpt)
+        state = read_runner_state(ckpt, config.env)
     config = _concrete_actors(config)
     _check_farm(config)
-    farm = config.run.actors > 0
-    # with remote actors the envs live there; one local env describes the spaces
-    envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
+    where = Path(resume) if resume is not None else Path(config.run.out)
+    check_writable_dir(where, "--resume" if resume is not None else "run.out (--out)")
+    envs, agent, info = _make_agent_and_envs(config, registry)
     try:
-        info = env_info(config.run.env, envs)
-        if farm:
-            info = dataclasses.replace(info, num_envs=config.run.num_envs)
-        agent = make_agent(config, registry, info)
-        check_inference_agent(config, agent)
-        if getattr(agent, "offline", False):  # learns from a dataset: check it before training
-            if farm:
-                raise ConfigError(
-                    f"Algorithm {config.run.algo!r} learns offline from a dataset and steps no "
-                    f"env for training: remote actors have nothing to do. Leave run.actors at 0 "
-                    f"(it is {config.run.actors})."
-                )
-            agent.load_data()
+        # every load before the first write: a checkpoint that cannot be read leaves the run
+        # directory as it was
+        if ckpt is not None:
+            restore_checkpoint(agent, ckpt)
+        elif config.run.init_from:
+            init_agent_from(agent, config.run, Path(config.run.init_from))
+        what = "--resume" if resume is not None else "run.out (--out)"
+        check_free_space(where, estimate_checkpoint_bytes(agent), what)
         # a new run's directory only once the env, the algorithm and any dataset are accepted
         run_dir = Path(resume) if resume is not None else new_run_dir(config)
+        if lock is None:
+            lock = lock_run_dir(run_dir, "harness run")
     except BaseException:
         envs.close()
         raise
@@ -417,24 +521,67 @@ def build_run(
             run_dir,
             {"harness": __version__, "plugins": plugins, **command_record(resume)},
         )
-        if ckpt is None and config.run.init_from:
-            init_agent_from(agent, config.run, Path(config.run.init_from))
-        start, state = 0, {}
-        if ckpt is not None:
-            agent.restore(ckpt)
-            state = read_runner_state(ckpt)
-            start = int(state["step"])
+        start = int(state["step"]) if ckpt is not None else 0
         router = make_trackers(config, registry, run_dir, start)
-        run = Run(config, registry, pm, run_dir, agent, envs, info, router)
+        run = Run(config, registry, pm, run_dir, agent, envs, info, router, lock=lock)
         if ckpt is not None:
             restore_runner_state(run, state)
             log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
     except BaseException:
         envs.close()
         if resume is None:
+            lock.release()
             discard_run_dir(run_dir)
         raise
     return run
+
+
+def _make_agent_and_envs(config: Config, registry: Registry) -> tuple[Any, Agent, EnvInfo]:
+    """The run's envs (with remote actors, one local env that describes the spaces) and a
+    fresh agent for them, refused before anything is allocated where it cannot fit."""
+    farm = config.run.actors > 0
+    envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
+    try:
+        info = env_info(config.run.env, envs)
+        if farm:
+            info = dataclasses.replace(info, num_envs=config.run.num_envs)
+        check_replay_memory(config, info)
+        try:
+            agent = make_agent(config, registry, info)
+        except MemoryError as exc:  # past the estimate (a plugin's own buffers)
+            raise ConfigError(
+                f"Building the {config.run.algo!r} agent for {config.run.env!r} ran out of "
+                f"memory ({exc}). Lower the sizes in [algo] (a replay buffer_size, network "
+                f"widths) or run.num_envs."
+            ) from None
+        check_inference_agent(config, agent)
+        if getattr(agent, "offline", False):  # learns from a dataset: check it before training
+            if farm:
+                raise ConfigError(
+                    f"Algorithm {config.run.algo!r} learns offline from a dataset and steps no "
+                    f"env for training: remote actors have nothing to do. Leave run.actors at 0 "
+                    f"(it is {config.run.actors})."
+                )
+            agent.load_data()
+    except BaseException:
+        envs.close()
+        raise
+    return envs, agent, info
+
+
+def restore_checkpoint(agent: Agent, ckpt: Path, *, with_data: bool = True) -> None:
+    """``agent.restore(ckpt)``, with a checkpoint its loader cannot read (a truncated file,
+    arrays of other shapes) refused as a :class:`CheckpointError` naming it."""
+    try:
+        agent.restore(ckpt, with_data=with_data)
+    except HarnessError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"Checkpoint {ckpt} cannot be loaded ({type(exc).__name__}: {exc}): a file of it "
+            f"is damaged or cut short, or it was written for other network sizes. Use another "
+            f"checkpoint of the run (move this one out of {ckpt.parent}), or start a fresh run."
+        ) from exc
 
 
 def init_agent_from(agent: Agent, run: RunConfig, source: Path) -> Path:

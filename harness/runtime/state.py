@@ -17,9 +17,10 @@ import numpy as np
 
 from harness.api import Agent, EnvInfo
 from harness.config import Config
-from harness.errors import ConfigError
+from harness.errors import CheckpointError, ConfigError
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
+from harness.rundir import RunLock
 from harness.runtime.collectors import Collector
 from harness.runtime.stepper import configure_envs
 from harness.tracking import MetricsRouter
@@ -141,6 +142,9 @@ class Run:
     env_changes: dict[str, Any] = field(default_factory=dict)
     """``[env]`` options changed during the run by :meth:`update_env` or recorded by
     :meth:`remember_env` (kept in checkpoints; a resumed run applies them)."""
+    lock: RunLock | None = None
+    """The lock on :attr:`run_dir` this process holds while the run lives
+    (:func:`harness.rundir.lock_run_dir`); ``train`` releases it at the end."""
 
     def remember_env(self, **changes: Any) -> None:
         """Record ``[env]`` options for a resumed run to give its envs (:meth:`update_env` at
@@ -200,10 +204,52 @@ def runner_state(run: Run) -> dict[str, Any]:
     }
 
 
-def read_runner_state(ckpt: Path) -> dict[str, Any]:
-    """The runner state of checkpoint directory ``ckpt``."""
-    state: dict[str, Any] = json.loads((ckpt / RUNNER_STATE).read_text(encoding="utf-8"))
+_RUNNER_FIELDS: dict[str, tuple[type, ...]] = {
+    "step": (int,),
+    "iteration": (int,),
+    "episodes": (int,),
+    "best_eval": (int, float, type(None)),
+    "history": (list,),
+    "eval_history": (list,),
+    "recent": (list,),
+}
+"""The keys of ``runner.json`` and their JSON types (``env_changes`` is optional)."""
+
+
+def read_runner_state(ckpt: Path, env_options: Any = None) -> dict[str, Any]:
+    """The runner state of checkpoint directory ``ckpt``, checked (a truncated or edited
+    ``runner.json`` is refused naming the file, before a resume writes anything); with
+    ``env_options`` (the run's ``[env]`` dataclass) its recorded env changes must be options
+    of it."""
+    path = ckpt / RUNNER_STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _damaged(ckpt, f"{path} cannot be read ({exc})") from None
+    if not isinstance(state, dict):
+        raise _damaged(ckpt, f"{path} holds {type(state).__name__}, not a JSON object")
+    for key, types in _RUNNER_FIELDS.items():
+        value = state.get(key)
+        if key not in state or isinstance(value, bool) or not isinstance(value, types):
+            raise _damaged(ckpt, f"{path} has no valid {key!r} (found {value!r:.60})")
+    pairs = state["history"] + state["eval_history"]
+    if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise _damaged(ckpt, f"{path}: history entries must be [step, return] pairs")
+    changes = state.get("env_changes") or {}
+    if not isinstance(changes, dict):
+        raise _damaged(ckpt, f"{path}: env_changes must be a JSON object")
+    if changes and env_options is not None and dataclasses.is_dataclass(env_options):
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(env_options)})
+        if unknown:
+            raise _damaged(ckpt, f"{path} records env changes of options [env] has not: {unknown}")
     return state
+
+
+def _damaged(ckpt: Path, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"Checkpoint {ckpt} is damaged: {what}. Nothing was written. Move it out of "
+        f"{ckpt.parent} to resume from the checkpoint before it, or start a fresh run."
+    )
 
 
 def restore_runner_state(run: Run, state: dict[str, Any]) -> None:

@@ -22,6 +22,12 @@ from harness.api import Agent
 from harness.errors import CheckpointError, ConfigError, IncompatibleError, MissingExtraError
 from harness.numpy_nets import PolicyProgram, Standardize
 from harness.registry import Registry
+from harness.rundir import (
+    check_checkpoint_files,
+    check_writable_dir,
+    locked_for_writing,
+    run_dir_of,
+)
 
 EXPORTABLE_ALGOS = ("a2c", "ddpg", "dqn", "impala", "pg", "ppo", "sac", "td3")
 """The first-party algorithms whose agents describe their greedy policy
@@ -227,13 +233,32 @@ def export(
     from harness_onnx.graph import build_model
 
     _onnx, ort = require_onnx()  # before the (slow) agent: a missing extra fails first
-    config, ckpt = checkpoint_config(checkpoint_source(source, checkpoint), overrides, registry)
-    run = config.run
-    program = describe(load_agent(config, registry, ckpt), run.algo)
-    props = metadata(program, run.algo, run.env, run.backend, ckpt)
-    doc = f"harness {run.algo} policy for {run.env} ({ckpt}); interface: docs/export.md"
-    data = build_model(program, props, doc=doc).SerializeToString()
-    diff = verify(data, program, ort)
-    path = out if out is not None else default_out(ckpt)
-    write_atomic(path, data)
+    chosen = checkpoint_source(source, checkpoint)
+    if out is not None:
+        check_out(out)
+    # the run directory written into (the default RUN/policy.onnx) is locked while the
+    # checkpoint loads: no training run rotates it away meanwhile
+    with locked_for_writing(run_dir_of(chosen if out is None else out.parent), "harness export"):
+        config, ckpt = checkpoint_config(chosen, overrides, registry)
+        check_checkpoint_files(ckpt)
+        run = config.run
+        program = describe(load_agent(config, registry, ckpt), run.algo)
+        props = metadata(program, run.algo, run.env, run.backend, ckpt)
+        doc = f"harness {run.algo} policy for {run.env} ({ckpt}); interface: docs/export.md"
+        data = build_model(program, props, doc=doc).SerializeToString()
+        diff = verify(data, program, ort)
+        path = out if out is not None else default_out(ckpt)
+        if out is None:
+            check_out(path)
+        write_atomic(path, data)
     return ExportResult(path, len(data), run.algo, run.env, ckpt, program, diff)
+
+
+def check_out(path: Path) -> None:
+    """Refuse an ONNX file path that cannot be written (a directory, a read-only or
+    missing-and-uncreatable directory) before the agent is loaded."""
+    if path.is_dir():
+        raise ConfigError(
+            f"--out {path} is a directory; give a file name, e.g. {path / 'policy.onnx'}."
+        )
+    check_writable_dir(path.parent, "The directory of --out")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.rundir import check_writable_dir, locked_for_writing, run_dir_of
 from harness_report import page, screenshot
 from harness_report.media import DEFAULT_MAX_EMBED_MB
 from harness_report.rundata import load_run
@@ -49,6 +50,7 @@ def check_out(path: Path, flag: str) -> None:
             f"{flag} {path}: the directory {parent} does not exist. Create it first "
             f"(mkdir -p {shlex.quote(str(parent))}) or choose a path in an existing directory."
         )
+    check_writable_dir(parent, flag)  # a read-only directory: refused before rendering
 
 
 def write_atomic(path: Path, text: str) -> int:
@@ -82,13 +84,17 @@ def make_report(
     data = [load_run(Path(r)) for r in runs]  # reads only: a bad run stops before any write
     if out is None:
         out = default_out(runs)
+        check_out(out, "the report page (--out)")
     else:
         check_out(out, "--out")
     browser = None
     if shot is not None:
         check_out(shot, "--screenshot")
         browser = screenshot.find_chromium()  # before the page: a missing browser is bad input
-    size = write_atomic(out, page.render(data, out, int(max_embed_mb * 1e6)))
-    if shot is not None and browser is not None:
-        screenshot.capture(browser, out, shot)
+    # a page written into a run directory waits for no one: a run or command writing there
+    # (harness run, eval) makes this one exit 2 naming it
+    with locked_for_writing(run_dir_of(out.parent), "harness report"):
+        size = write_atomic(out, page.render(data, out, int(max_embed_mb * 1e6)))
+        if shot is not None and browser is not None:
+            screenshot.capture(browser, out, shot)
     return Result(out, size, len(data), shot)

@@ -62,6 +62,23 @@ def assert_refused(proc: subprocess.CompletedProcess[str], out: Path, *needles: 
         (["--set", "run.max_seconds=nan"], ["run.max_seconds = nan"]),
         (["--actors", "-2"], ["run.actors = -2", "-1 starts one actor per core"]),
         (["--set", "algo.noise_correlation=1.0"], ["noise_correlation = 1.0", "[0, 1)"]),
+        # every algorithm's learning rates and layer widths (harness.config.check_algo_options)
+        (
+            ["--set", "algo.learning_rate=nan"],
+            ["algo.learning_rate = nan", "finite number greater than 0"],
+        ),
+        (["--set", "algo.learning_rate=-1"], ["algo.learning_rate = -1.0", "greater than 0"]),
+        (["--set", "algo.hidden=[-5]"], ["algo.hidden = [-5]", "width of 1 or more"]),
+        (["--set", "algo.hidden=[64,0]"], ["algo.hidden = [64, 0]", "width of 1 or more"]),
+        (
+            ["--set", "run.algo=maddpg", "--set", "algo.lr_critic=inf"],
+            ["algo.lr_critic = inf", "learning rate"],
+        ),
+        # a replay memory no machine holds: refused from an estimate, before numpy tries
+        (
+            ["--set", "run.algo=dqn", "--set", "algo.buffer_size=1e10"],
+            ["algo.buffer_size = 10_000_000_000", "MiB of replay memory", "MiB available"],
+        ),
         # CartPole's actions are discrete: correlated Gaussian noise has nothing to act on
         (
             ["--set", "algo.noise_correlation=0.5"],
