@@ -43,7 +43,7 @@ EXIT_TERMINATED = 128 + 15
 """``harness run`` stopped by SIGTERM (after a checkpoint): the shell's code for that signal."""
 
 
-CORE_COMMANDS = ("run", "eval", "plugins", "cluster")
+CORE_COMMANDS = ("run", "eval", "plugins", "cluster", "checkpoint")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -230,11 +230,20 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         help="farm actor processes (run.actors; -1: one per core); run.num_envs is raised to "
         "at least this",
     )
-    run.add_argument("--out", help="parent directory for run directories (run.out)")
+    run.add_argument(
+        "--out",
+        help="parent directory for run directories (run.out): a writable directory (made if "
+        "missing) with room for a checkpoint, checked before training",
+    )
     add_config_options(
         run, "override a config key, e.g. --set algo.learning_rate=3e-4 (bare KEY = run.KEY)"
     )
-    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its last checkpoint (checked before anything is written; "
+        "refused while another process holds the run directory's lock)",
+    )
     run.add_argument(
         "--no-progress",
         action="store_true",
@@ -295,6 +304,18 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         "renderer (CartPole's 600 px on 2 cores), --video-width 300 keeps filming cheap",
     )
     ev.set_defaults(func=cmd_eval)
+
+    from harness import checkpoint_cli  # (argparse and the checkpoint layout only)
+
+    ck = sub.add_parser(
+        "checkpoint",
+        parents=[common],
+        help="convert checkpoints of earlier versions (pickles) once, with --trust",
+        description=checkpoint_cli.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    checkpoint_cli.add_arguments(ck)
+    ck.set_defaults(func=checkpoint_cli.run)
 
     pl = sub.add_parser("plugins", parents=[common], help="list plugins and what they register")
     pl.set_defaults(func=cmd_plugins)
@@ -363,9 +384,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             pm.register(RichProgressReporter(total), name="progress")
         elif config.run.progress_every_s > 0:
             every = config.run.progress_every_s
-            pm.register(LineProgressReporter(total, every), name="progress")
+            limit = config.run.max_seconds  # (the ETA is the sooner of steps and time)
+            pm.register(LineProgressReporter(total, every, max_seconds=limit), name="progress")
     result = train(config, registry, pm, resume=resume, stop_on_sigterm=True)
-    _print_summary(result.as_dict())
+    _print_summary(_written_summary(result.as_dict(), result.run_dir))
     if result.terminated:
         print(
             f"harness: terminated (SIGTERM) at step {result.steps}, checkpoint written; resume "
@@ -392,6 +414,16 @@ def _toml_literal(value: Any) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from harness.rundir import locked_for_writing, run_dir_of
+
+    # it appends to RUN/evaluations.jsonl (and films into RUN/videos): one writer at a time,
+    # and no checkpoint rotated away by a training run while it loads
+    with locked_for_writing(run_dir_of(Path(args.checkpoint)), "harness eval"):
+        return _evaluate_checkpoint(args)
+
+
+def _evaluate_checkpoint(args: argparse.Namespace) -> int:
+    from harness.rundir import check_checkpoint_files
     from harness.runtime.run import evaluate, load_agent
 
     _check_eval_flags(args)
@@ -417,6 +449,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
     default = protocol.episodes if protocol is not None else 3 if args.video else 20
     episodes = args.episodes or default
+    check_checkpoint_files(ckpt)
     agent = load_agent(config, registry, ckpt)
     run_dir = ckpt.parent.parent  # (RUN/checkpoints/step_N)
     files, video_error = None, None
@@ -609,6 +642,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             f"[yellow]blocked[/yellow] {name} (-p no:{name})", markup=True, highlight=False
         )
     return 0
+
+
+def _written_summary(summary: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The summary as ``summary.json`` has it (with the official score ``eval/score`` where
+    the env reports one), less the nested per-metric table; ``summary`` if it is unreadable."""
+    try:
+        written = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return summary
+    if not isinstance(written, dict):
+        return summary
+    written.pop("final_eval_metrics", None)
+    return written
 
 
 def _print_summary(summary: Mapping[str, Any]) -> None:

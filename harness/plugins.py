@@ -23,6 +23,7 @@ from typing import Any
 import pluggy
 
 from harness import hookspecs
+from harness.errors import ConfigError
 from harness.registry import KINDS, Registry
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,51 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "harness"
 AUTOLOAD_ENV = "HARNESS_DISABLE_PLUGIN_AUTOLOAD"
 TRACE_ENV = "HARNESS_TRACE"
+
+
+@dataclass(frozen=True)
+class PluginSelection:
+    """Which plugins a process loads: the ``-p`` choices and the autoload switch, resolved once
+    (the learner's ``HARNESS_DISABLE_PLUGIN_AUTOLOAD`` included). It travels with what every
+    farm actor is built with, so actors on this host, a fork server's and a cluster worker's
+    build exactly the learner's plugin set whatever their own environment says."""
+
+    blocked: tuple[str, ...] = ()
+    """``-p no:NAME`` (or ``NAME@DIST``) selectors."""
+    load: tuple[str, ...] = ()
+    """``-p NAME``: entry-point names or module paths loaded even with autoloading off."""
+    autoload: bool = True
+    """Whether entry-point plugins load (``HARNESS_DISABLE_PLUGIN_AUTOLOAD=1``: False)."""
+
+    @classmethod
+    def from_environment(cls) -> PluginSelection:
+        """No ``-p`` choices; autoloading as this process's environment says."""
+        return cls(autoload=_autoload_from_environment())
+
+    def manager(self) -> HarnessPluginManager:
+        """A plugin manager with this selection (tracing follows ``HARNESS_TRACE`` here)."""
+        return make_plugin_manager(blocked=self.blocked, load=self.load, autoload=self.autoload)
+
+    def load_plugins(self, where: str = "this process") -> tuple[HarnessPluginManager, Registry]:
+        """The manager and registry of this selection, as another process of the run (a
+        farm actor, a tune trial) builds them: a ``-p`` plugin that does not load here is an
+        error naming it and ``where`` (the learner has it, so this process would otherwise
+        run with another plugin set)."""
+        pm = self.manager()
+        missing = [name for name in self.load if name in pm.broken]
+        if missing:
+            name = missing[0]
+            raise ConfigError(
+                f"Plugin {name!r} (loaded by the learner with -p {name}) cannot be loaded in "
+                f"{where}: {pm.broken[name]}. Install it on that host, or make the module "
+                "importable there (PYTHONPATH, or the worker's working directory), then start "
+                "again."
+            )
+        return pm, collect_registry(pm)
+
+    def registry(self, where: str = "this process") -> Registry:
+        """The registry of :meth:`load_plugins`."""
+        return self.load_plugins(where)[1]
 
 
 @dataclass
@@ -55,6 +101,8 @@ class HarnessPluginManager(pluggy.PluginManager):
         self.skipped: dict[str, str] = {}
         """``NAME@DISTRIBUTION`` (or a module name) -> why it was not registered (a clash)."""
         self.blocked_names: set[str] = set()
+        self.selection = PluginSelection()
+        """What built this manager (:func:`make_plugin_manager` fills it in)."""
 
     def set_blocked(self, name: str) -> None:
         """Block ``NAME`` (every plugin of that name) or ``NAME@DISTRIBUTION`` (the entry point
@@ -131,10 +179,11 @@ def make_plugin_manager(
     importable modules.
     """
     pm = HarnessPluginManager()
+    blocked, load = tuple(blocked), tuple(load)
     for name in blocked:
         pm.set_blocked(name)
     if autoload is None:
-        autoload = os.environ.get(AUTOLOAD_ENV, "").strip() not in {"1", "true", "yes"}
+        autoload = _autoload_from_environment()
     if not pm.is_blocked("builtin"):
         from harness import builtin
 
@@ -154,12 +203,19 @@ def make_plugin_manager(
             pm.mark_broken(module_name, exc)
             continue
         pm.register_plugin(module, module_name)
+    # what other processes of this run load: a -p plugin broken here too is left out, so
+    # only one that loads here and not there is an error there (PluginSelection.registry)
+    pm.selection = PluginSelection(blocked, tuple(n for n in load if n not in pm.broken), autoload)
     if trace is None:
         trace = os.environ.get(TRACE_ENV, "").strip() in {"1", "true", "yes"}
     if trace:
         pm.trace.root.setwriter(lambda msg: log.info("hook: %s", msg.rstrip()))
         pm.enable_tracing()
     return pm
+
+
+def _autoload_from_environment() -> bool:
+    return os.environ.get(AUTOLOAD_ENV, "").strip() not in {"1", "true", "yes"}
 
 
 def _version() -> str:

@@ -78,7 +78,9 @@ class LineProgressReporter:
 
     (one line). steps/s is measured since the previous line (the last line: over the whole
     run); the ETA uses the rate since the start of this process (a resumed run counts from its
-    checkpoint's step)."""
+    checkpoint's step). With ``max_seconds`` (``run.max_seconds`` > 0, which ends the run
+    after that many seconds of this process) the ETA is the sooner of the steps left and the
+    time left."""
 
     def __init__(
         self,
@@ -86,9 +88,12 @@ class LineProgressReporter:
         every_s: float,
         stream: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        max_seconds: float = 0.0,
     ) -> None:
         self.total = total
         self.every_s = every_s
+        self.max_seconds = max_seconds
         self.stream = stream
         self.clock = clock
         self.started: float | None = None  # (None until the run has started)
@@ -140,8 +145,11 @@ class LineProgressReporter:
         if self.eval is not None:
             parts.append(f"eval {self.eval:.1f}")
         parts.append(f"elapsed {_clock_time(now - self.started)}")
-        if step < self.total and overall > 0:
-            parts.append(f"ETA {_clock_time((self.total - step) / overall)}")
+        if step < self.total and (overall > 0 or self.max_seconds > 0):
+            left = (self.total - step) / overall if overall > 0 else math.inf
+            if self.max_seconds > 0:  # the run ends at its time limit if that comes first
+                left = min(left, self.max_seconds - (now - self.started))
+            parts.append(f"ETA {_clock_time(left)}")
         stream = self.stream if self.stream is not None else sys.stderr
         print(" | ".join(parts) + tail, file=stream, flush=True)
         self.last_time, self.last_step = now, step

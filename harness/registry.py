@@ -411,12 +411,44 @@ class Registry:
         error when none does."""
         specs = [spec for _, spec in self.envs.items()]
         for spec in sorted(specs, key=lambda s: s.fallback):  # (stable: else plugin order)
-            if spec.accepts(env_id):
+            if _asked(spec, "accepts", spec.accepts, env_id):
                 return spec
         families = ", ".join(self.envs) or "none installed"
-        known = [i for _, s in self.envs.items() if s.known_ids for i in s.known_ids()]
+        known = [
+            i
+            for _, s in self.envs.items()
+            if s.known_ids
+            for i in _asked(s, "known_ids", s.known_ids) or ()
+        ]
         hint = did_you_mean(env_id, known) if known else ""
         raise PluginError(
             f"No env plugin knows env id {env_id!r} (env families: {families}).{hint} Check "
             f"the spelling, or install the package that registers it."
         )
+
+
+_BROKEN_FAMILIES: set[tuple[str, str]] = set()
+"""(plugin, family) pairs whose ``accepts`` or ``known_ids`` raised: warned about once."""
+
+
+def _asked(spec: EnvSpec, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` of an env family (its ``accepts`` or ``known_ids``); one that raises is
+    a broken family: it answers no (None), with a warning naming its plugin once per process,
+    so one broken env plugin cannot stop runs of every other plugin's envs."""
+    try:
+        return call(*args)
+    except Exception as exc:  # a plugin's bug: isolate it
+        key = (spec.plugin, spec.name)
+        if key not in _BROKEN_FAMILIES:
+            _BROKEN_FAMILIES.add(key)
+            log.warning(
+                "env family %r of plugin %r is skipped: its %s() raised %s: %s. Fix or "
+                "uninstall that plugin (or block it with -p no:%s).",
+                spec.name,
+                spec.plugin or "?",
+                what,
+                type(exc).__name__,
+                exc,
+                spec.plugin or spec.name,
+            )
+        return None

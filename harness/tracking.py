@@ -2,6 +2,7 @@
 
 Keys are namespaced CleanRL-style: ``charts/`` (returns, lengths), ``losses/``, ``perf/``
 (steps/s), ``eval/``. A tracker that raises is reported once and disabled; training goes on.
+A tracker whose ``close()`` raises at the end of the run is reported by name.
 """
 
 from __future__ import annotations
@@ -91,5 +92,16 @@ class MetricsRouter:
             log.debug("closing failed tracker %r raised too", name, exc_info=True)
 
     def close(self) -> None:
+        """Close every tracker; one whose ``close()`` raises is reported by name (its last
+        rows may not have been written) and the others are closed all the same."""
         for name in list(self.trackers):
-            self._drop(name)
+            tracker = self.trackers.pop(name)
+            try:
+                tracker.close()
+            except Exception as exc:
+                log.warning(
+                    "tracker %r failed to close (its last metrics may be missing): %s: %s",
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )

@@ -26,7 +26,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 # hookspecs.py imports Run only for type checking; this names it for the signatures
-autodoc_type_aliases = {"Run": "harness.runtime.run.Run", "Tensor": "harness.api.Tensor"}
+autodoc_type_aliases = {"Run": "harness.runtime.Run", "Tensor": "harness.api.Tensor"}
 
 nitpicky = True
 

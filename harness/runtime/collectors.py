@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from harness.config import Config
-from harness.runtime.stepper import EnvStepper, Episode
+from harness.runtime.stepper import EnvStepper, Episode, env_label
 
 if TYPE_CHECKING:  # (a Run holds its collector: state imports this module)
     from harness.runtime.state import Run
@@ -46,7 +46,12 @@ class SerialCollector(Collector):
     """Experience from envs stepped in this process (``run.envs``)."""
 
     def __init__(self, run: Run) -> None:
-        self.stepper = EnvStepper(run.envs, run.config.run.seed + run.step)
+        self.stepper = EnvStepper(
+            run.envs,
+            run.config.run.seed + run.step,
+            label=env_label(run.config.run.env, run.registry),
+            env_steps=run.step,
+        )
         if run.step > 0:  # resumed: fresh episodes, so the per-env acting state restored
             # with the agent (a recurrent state, an ES perturbation) starts over with them
             run.agent.episodes_ended(np.ones(self.stepper.n, bool))

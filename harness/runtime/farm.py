@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -47,7 +49,7 @@ from harness.api import Agent, Transition, tree_map
 from harness.config import Config
 from harness.cpus import cpu_share
 from harness.errors import ConfigError, HarnessError
-from harness.plugins import collect_registry, make_plugin_manager
+from harness.plugins import PluginSelection, collect_registry, make_plugin_manager
 from harness.remote import (
     ActorLost,
     ActorOptions,
@@ -57,6 +59,7 @@ from harness.remote import (
     SupportsRemoteInference,
     SupportsReportMetrics,
     completions,
+    qualified_name,
 )
 from harness.runtime.build import (
     ACTOR_MEMORY_MB,
@@ -68,7 +71,14 @@ from harness.runtime.build import (
 from harness.runtime.collectors import Collector
 from harness.runtime.inference import InferenceLink, PolicyServer, choose_central
 from harness.runtime.spaces import env_info
-from harness.runtime.stepper import STEP_FIELDS, EnvStepper, Episode, configure_envs
+from harness.runtime.stepper import (
+    STEP_FIELDS,
+    EnvFault,
+    EnvStepper,
+    Episode,
+    configure_envs,
+    env_label,
+)
 
 if TYPE_CHECKING:
     from harness.registry import Registry
@@ -125,7 +135,9 @@ def server_config(config: Config) -> Config:
 
 class RolloutActor:
     """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent,
-    or, with central inference (``link``), a stand-in that asks the learner's policy server."""
+    or, with central inference (``link``), a stand-in that asks the learner's policy server.
+    ``plugins`` is the learner's plugin selection (its ``-p`` flags and autoload switch):
+    the actor loads exactly those plugins, whatever its own process environment says."""
 
     def __init__(
         self,
@@ -134,8 +146,12 @@ class RolloutActor:
         num_envs: int,
         seed: int,
         link: Any = None,
+        plugins: PluginSelection | None = None,
     ) -> None:
-        registry = collect_registry(make_plugin_manager())
+        if plugins is not None:
+            registry = plugins.registry(f"farm actor {index} (host {socket.gethostname()})")
+        else:  # (built outside a farm: this process's own selection)
+            registry = collect_registry(make_plugin_manager())
         config = acting_config(config)
         self.envs = make_envs(config, registry, num_envs, seed=None)
         # the policy server's stand-in (shared memory here, the transport's for remote actors)
@@ -144,7 +160,8 @@ class RolloutActor:
         if self.central is None:
             self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
             self.agent.rng = np.random.default_rng([seed, index])
-        self.stepper = EnvStepper(self.envs, seed)
+        label = f"{env_label(config.run.env, registry)} in farm actor {index}"
+        self.stepper = EnvStepper(self.envs, seed, label=label)
         self.index = index
         self.version = -1
         self._ended = 0.0  # when the last rollout ended (perf_counter)
@@ -154,6 +171,7 @@ class RolloutActor:
             raise HarnessError("an actor with central inference holds no weights")
         self.agent.set_weights(weights)
         self.agent.env_steps = env_steps  # exploration schedules follow the learner
+        self.stepper.env_steps = env_steps  # (the step a fault names)
         self.version = version
 
     def rollout(
@@ -199,16 +217,22 @@ class RolloutActor:
         self.envs.close()
 
 
-def preload_modules(config: Config, registry: Registry) -> list[str]:
+def preload_modules(
+    config: Config, registry: Registry, plugins: Iterable[str] | None = None
+) -> list[str]:
     """Modules an embedded farm's actors should share with their fork server instead of each
     importing them (the plugins a run of ``config`` uses and the backend's framework, its
-    ``BackendSpec.preload``: ~150 MB per actor and 1-2 s of start-up otherwise)."""
+    ``BackendSpec.preload``: ~150 MB per actor and 1-2 s of start-up otherwise). ``plugins``:
+    the plugin modules the run loaded (default: every entry point's; a blocked plugin must not
+    be imported even by the fork server)."""
     from importlib.metadata import entry_points
 
     cfg = config.run
     modules = ["harness.runtime.farm", "harness.runtime.run", "harness.plugins"]
     # every plugin module: each actor (and each tune trial) discovers the plugins again
-    modules += sorted({ep.module for ep in entry_points(group="harness")})
+    if plugins is None:
+        plugins = {ep.module for ep in entry_points(group="harness")}
+    modules += sorted(set(plugins))
     backend = registry.backends.get(cfg.backend)
     for obj in (
         registry.algorithms.get(cfg.algo).make_agent,
@@ -246,13 +270,15 @@ class FarmCollector(Collector):
         cfg = run.config.run
         self.config = run.config
         self.agent = run.agent
+        self.plugins = run.pm.selection  # every actor loads the learner's plugin set
         self.steps = run.agent.rollout_len
         self.lag = 0 if run.agent.on_policy else max(0, cfg.max_policy_lag)
         options: dict[str, Any] = {}
         if cfg.cluster_keys:
             options["keys"] = cfg.cluster_keys
         if not cfg.cluster:
-            options["preload"] = preload_modules(run.config, run.registry)
+            loaded = [info.module for info in run.pm.infos.values()]
+            options["preload"] = preload_modules(run.config, run.registry, loaded)
             # a local farm (or local Ray) sized for every actor of this run: more actors
             # than cores is oversubscription the user asked for (a Ray sized to the cores
             # would never place the rest)
@@ -302,6 +328,12 @@ class FarmCollector(Collector):
                     self._link = self.relay.link
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
                 list(pool.map(self._start, self.slots))
+        except RemoteError as exc:  # an actor's ConfigError (a -p plugin it lacks): bad input
+            self.close()
+            bad_input = exc.as_bad_input()
+            if bad_input is exc:
+                raise
+            raise bad_input from exc
         except BaseException:
             self.close()
             raise
@@ -347,7 +379,13 @@ class FarmCollector(Collector):
     def _start(self, slot: _Slot) -> None:
         seed = slot.seed + 1_000_003 * slot.restarts
         slot.proxy = self.actor_cls(
-            self.config, slot.index, slot.num_envs, seed, self._link, _client=self.client
+            self.config,
+            slot.index,
+            slot.num_envs,
+            seed,
+            self._link,
+            self.plugins,
+            _client=self.client,
         )
         slot.sent_version = -1  # the first rollout request carries the weights
 
@@ -527,6 +565,8 @@ class FarmCollector(Collector):
                 chunks = [self._next_chunk(slot) for slot in self.slots]
                 self._observe(run, chunks, self.config.run.num_envs, finished)
         except RemoteError as exc:
+            if exc.remote_type == qualified_name(EnvFault):  # its paragraph, as in a serial run
+                raise EnvFault(exc.remote_message) from exc
             bad_input = exc.as_bad_input()  # (an actor's ConfigError: reported as one here)
             if bad_input is exc:
                 raise

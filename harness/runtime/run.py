@@ -10,15 +10,17 @@ lifecycle hooks run per iteration, never per env step.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +31,12 @@ from harness.errors import CheckpointError, ConfigError, DivergedError, missing_
 from harness.hookspecs import LOGGED_WINDOW
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
+from harness.rundir import (
+    DiskSpaceError,
+    estimate_checkpoint_bytes,
+    is_out_of_space,
+    out_of_space_error,
+)
 from harness.runtime.build import (
     build_run,
     check_compatible,
@@ -39,8 +47,16 @@ from harness.runtime.build import (
 )
 from harness.runtime.collectors import Collector, OfflineCollector, SerialCollector
 from harness.runtime.farm import FarmCollector
-from harness.runtime.state import RUNNER_STATE, EvalResult, Run, RunResult, runner_state
-from harness.runtime.stepper import EPISODE_METRICS, EnvStepper, Episode, episode_metrics
+from harness.runtime.state import RUNNER_STATE, EvalResult, RunResult, runner_state
+from harness.runtime.stepper import (
+    EPISODE_METRICS,
+    EnvFault,
+    EnvStepper,
+    Episode,
+    env_call,
+    env_label,
+    episode_metrics,
+)
 from harness.version import __version__
 from harness.video import EpisodeRecorder
 
@@ -51,7 +67,6 @@ __all__ = [
     "EnvStepper",
     "Episode",
     "EvalResult",
-    "Run",
     "RunResult",
     "build_run",
     "check_compatible",
@@ -63,7 +78,25 @@ __all__ = [
     "train",
 ]
 
+if TYPE_CHECKING:  # (at run time the name is __getattr__'s, with its warning)
+    from harness.runtime.state import Run as Run
+
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """``harness.runtime.run.Run``, the path the API reference used to give: it still works,
+    with a DeprecationWarning pointing at the public one, ``harness.runtime.Run``."""
+    if name == "Run":
+        warnings.warn(
+            "harness.runtime.run.Run is deprecated: import Run from harness.runtime",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from harness.runtime.state import Run
+
+        return Run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def train(
@@ -83,17 +116,18 @@ def train(
     stopped = started = bad_input = False
     ckpt: Path | None = None
     summary: dict[str, Any] = {}
+    last_eval: dict[str, float] = {}  # the newest evaluation's eval/ metrics
     try:
         pm.hook.harness_run_start(run=run)
         collector = run.collector = make_collector(run)
         started = True
         try:
             with _stop_on_sigterm(run) if stop_on_sigterm else contextlib.nullcontext():
-                stopped = _loop(run, collector)
+                stopped = _loop(run, collector, last_eval)
         finally:
             collector.close()
         if not run.terminated and (not run.eval_history or run.eval_history[-1][0] != run.step):
-            _evaluate_and_record(run)
+            _evaluate_and_record(run, last_eval)
         ckpt = _checkpoint(run)
         final = run.eval_history[-1][1] if run.eval_history else float("nan")
         result = RunResult(
@@ -108,7 +142,7 @@ def train(
             stopped_early=stopped,
             terminated=run.terminated,
         )
-        summary = result.as_dict()
+        summary = {**result.as_dict(), **_final_scores(last_eval)}
         write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
         _plot(run)
         return result
@@ -117,12 +151,19 @@ def train(
         # first step): the run has nothing to keep
         bad_input = run.step == 0
         raise
+    except (DiskSpaceError, EnvFault) as exc:
+        # a checkpoint did not fit, or the env broke (an env plugin's fault, named): the run
+        # stands at its last good checkpoint, with a summary
+        summary = _summary_of_failure(run, time.perf_counter() - t_start, exc)
+        raise
     finally:
         pm.hook.harness_run_end(run=run, summary=summary)
         run.router.close()
         run.envs.close()
         if resume is None and (not started or bad_input):
             discard_run_dir(run.run_dir)
+        if run.lock is not None:
+            run.lock.release()
 
 
 @contextlib.contextmanager
@@ -171,8 +212,9 @@ def make_collector(run: Run) -> Collector:
         raise error from exc
 
 
-def _loop(run: Run, collector: Collector) -> bool:
-    """Iterate until the step budget or the return threshold; True when stopped early."""
+def _loop(run: Run, collector: Collector, last_eval: dict[str, float]) -> bool:
+    """Iterate until the step budget or the return threshold; True when stopped early. An
+    iteration that evaluates carries every ``eval/`` metric (``last_eval``: the newest ones)."""
     cfg = run.config.run
     agent = run.agent
     finished: list[Episode] = []
@@ -220,8 +262,8 @@ def _loop(run: Run, collector: Collector) -> bool:
             next_log = run.step + cfg.log_every
         stop = False
         if run.step >= next_eval:
-            result = _evaluate_and_record(run)
-            metrics["eval/mean_return"] = result.mean
+            result = _evaluate_and_record(run, last_eval)
+            metrics.update(last_eval)
             next_eval = run.step + cfg.eval_every
             stop = cfg.stop_at_return is not None and result.mean >= cfg.stop_at_return
             if stop:
@@ -286,7 +328,19 @@ def _confirmed(run: Run, metrics: dict[str, float]) -> bool:
     return False
 
 
-def _evaluate_and_record(run: Run) -> EvalResult:
+def _final_scores(last_eval: Mapping[str, float]) -> dict[str, Any]:
+    """What ``summary.json`` adds from the last evaluation: the official score
+    (``eval/score``, what a competitor reads first) where the env reports one, and every
+    ``eval/`` metric of that evaluation (``final_eval_metrics``: ``harness tune`` reads it)."""
+    scores: dict[str, Any] = {}
+    if "eval/score" in last_eval:
+        scores["eval/score"] = last_eval["eval/score"]
+    if last_eval:
+        scores["final_eval_metrics"] = dict(last_eval)
+    return scores
+
+
+def _evaluate_and_record(run: Run, last: dict[str, float] | None = None) -> EvalResult:
     cfg = run.config.run
     if cfg.eval_episodes <= 0:
         return EvalResult([], [])
@@ -300,6 +354,9 @@ def _evaluate_and_record(run: Run) -> EvalResult:
     row = {"eval/mean_return": result.mean, "eval/std_return": result.std}
     row.update({f"eval/{name}": mean for name, mean in result.metric_means().items()})
     run.router.record(run.step, row)
+    if last is not None:
+        last.clear()
+        last.update(row)
     return result
 
 
@@ -328,8 +385,10 @@ def evaluate(
     # Agent.predict_episodes_ended (per-env greedy state, e.g. a recurrent QMIX agent); any
     # object with a predict() can be evaluated, so the hook stays optional here
     predict_ended = getattr(agent, "predict_episodes_ended", None)
+    label = f"{env_label(config.run.env, registry)} in an evaluation"  # (who a fault names)
     try:
-        obs, _ = envs.reset(seed=seed)
+        obs, _ = env_call(functools.partial(envs.reset, seed=seed), label, "reset", 0)
+        stepped = 0  # the evaluation's env steps (a fault names the step)
         if recorder is not None:
             recorder.start(envs)
         ret = np.zeros(n)
@@ -338,7 +397,9 @@ def evaluate(
         if predict_ended is not None:
             predict_ended(np.ones(n, bool))
         while (quota > 0).any():
-            obs, rewards, terminated, truncated, infos = envs.step(agent.predict(obs))
+            step = functools.partial(envs.step, agent.predict(obs))
+            obs, rewards, terminated, truncated, infos = env_call(step, label, "step", stepped)
+            stepped += n
             done = terminated | truncated
             if predict_ended is not None and done.any():
                 predict_ended(done)
@@ -387,10 +448,61 @@ def _checkpoint(run: Run, best: bool = False) -> Path:
         "config": run.config.to_dict(),
     }
     if best:
-        return save_checkpoint(run.run_dir / "best" / "checkpoints", run.step, meta, write, keep=1)
-    path = save_checkpoint(run.run_dir / "checkpoints", run.step, meta, write)
+        return _save(run, run.run_dir / "best" / "checkpoints", meta, write, keep=1)
+    path = _save(run, run.run_dir / "checkpoints", meta, write)
     run.pm.hook.harness_checkpoint(run=run, path=path)
     return path
+
+
+def _save(
+    run: Run, root: Path, meta: dict[str, Any], write: Callable[[Path], None], keep: int = 3
+) -> Path:
+    """``save_checkpoint`` into ``root``, with a full disk (ENOSPC, or a framework's write
+    error while less than a checkpoint's size is free) refused as a :class:`DiskSpaceError`
+    naming the path and the space needed; the partial checkpoint is gone, the last good one
+    and ``latest`` stay."""
+    try:
+        return save_checkpoint(root, run.step, meta, write, keep=keep)
+    except Exception as exc:
+        needed = estimate_checkpoint_bytes(run.agent)
+        if not is_out_of_space(exc, root, needed):
+            raise
+        try:
+            kept: Path | None = latest_checkpoint(root.parent)
+        except CheckpointError:
+            kept = None
+        raise out_of_space_error(run.run_dir, root, needed, run.step, kept) from exc
+
+
+def _summary_of_failure(run: Run, wall_time: float, error: Exception) -> dict[str, Any]:
+    """``summary.json`` of a run that ended on an error after training (a full disk): what
+    it did, its last good checkpoint and the error; written if the disk still takes it."""
+    try:
+        kept: Path | None = latest_checkpoint(run.run_dir)
+    except CheckpointError:
+        kept = None
+    final = run.eval_history[-1][1] if run.eval_history else float("nan")
+    result = RunResult(
+        run_dir=run.run_dir,
+        steps=run.step,
+        episodes=run.episodes,
+        wall_time=wall_time,
+        final_eval=final,
+        best_eval=run.best_eval,
+        recent_return=run.recent_return,
+        checkpoint=kept,
+        stopped_early=True,
+        terminated=run.terminated,
+    )
+    summary = {**result.as_dict(), "error": str(error)}
+    path = run.run_dir / "summary.json"
+    try:
+        write_atomic_text(path, json.dumps(summary, indent=2))
+    except OSError as exc:
+        log.warning("could not write %s: %s", path, exc)
+        for stray in run.run_dir.glob(".summary.json.tmp-*"):
+            stray.unlink(missing_ok=True)
+    return summary
 
 
 def _plot(run: Run) -> None:

@@ -5,12 +5,15 @@ remote actors (``harness.runtime.farm``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from harness.api import Transition, team_reward, tree_map
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError, PluginError
+
+if TYPE_CHECKING:
+    from harness.registry import Registry
 
 Episode = tuple[float, int, dict[str, float]]
 """A finished episode: its return, its length and the env's episode metrics (see
@@ -25,6 +28,59 @@ STEP_FIELDS: tuple[str, ...] = tuple(name for name in Transition._fields if name
 """The array fields of a :class:`~harness.api.Transition` in its order (``obs`` ...
 ``truncated``), without ``extras``: what a rollout chunk holds by name, so the stepper that
 writes chunks and the farm that turns them back into transitions name the same fields."""
+
+
+class EnvFault(PluginError):
+    """An env failed while a run stepped it (it raised, or broke its own contract, e.g. an
+    observation whose shape changed): the message names the env id, its family's plugin,
+    the env step and what was expected. The run ends with its last good checkpoint and a
+    summary (exit 2)."""
+
+
+def env_label(env_id: str, registry: Registry) -> str:
+    """``env 'ID' (env family 'F' of plugin 'P')``: who an env fault is about."""
+    spec = registry.env_for(env_id)
+    return f"env {env_id!r} (env family {spec.name!r} of plugin {spec.plugin or '?'!r})"
+
+
+def _shapes(obs: Any) -> tuple[int, ...] | None:
+    """The shape of an observation batch; None for anything but an array (a multi-agent env's
+    agent-keyed dict, whose agents may come and go: not checked)."""
+    return obs.shape if isinstance(obs, np.ndarray) else None
+
+
+def env_call(
+    call: Callable[[], Any],
+    label: str,
+    what: str,
+    env_steps: int,
+    shape: tuple[int, ...] | None = None,
+) -> Any:
+    """``call()`` (an env's reset or step), with whatever it raises (bad input excepted)
+    turned into an :class:`EnvFault` naming the env (``label``: :func:`env_label`), ``what``
+    it was doing and the env step; ``shape``: the observation batch's at reset."""
+    try:
+        return call()
+    except HarnessError:
+        raise
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}".strip().rstrip(".")
+        expected = (
+            "a reset returning (obs, infos)"
+            if what == "reset"
+            else "a step returning (obs, rewards, terminated, truncated, infos)"
+        )
+        if isinstance(exc, ValueError) and "shape" in str(exc) and shape is not None:
+            # (a vector env that stacks its envs' observations fails like this when one
+            # env's observation changed shape)
+            expected = f"observations shaped {shape} as at reset (one of its envs probably "
+            expected += "returned an observation of another shape)"
+        raise EnvFault(
+            f"{label[0].upper()}{label[1:]} failed in {what} at env step {env_steps}: "
+            f"{detail}. Expected {expected}. Fix the env plugin (its conformance check: "
+            "harness.testing.check_env with a longer steps=...), then resume from the last "
+            "checkpoint."
+        ) from exc
 
 
 class Acting(Protocol):
@@ -70,12 +126,39 @@ class EnvStepper:
     """Steps a vector env with an agent's exploratory actions and keeps the episode
     statistics; the same code runs in this process (serial runs) and in remote actors."""
 
-    def __init__(self, envs: Any, seed: int) -> None:
+    def __init__(self, envs: Any, seed: int, *, label: str = "the env", env_steps: int = 0) -> None:
         self.envs = envs
         self.n = envs.num_envs
-        self.obs, _ = envs.reset(seed=seed)
+        self.label = label
+        """Who a fault is about (:func:`env_label`)."""
+        self.env_steps = env_steps
+        """Env steps taken (from the run's step where the owner knows it): a fault's step."""
+        self.obs, _ = self._call("reset", lambda: envs.reset(seed=seed))
+        self.shapes = _shapes(self.obs)
+        """The observation batch's shape at reset (None: not an array): every step keeps it."""
         self.ep_return = np.zeros(self.n)  # a multi-agent env's: the team's (sum over agents)
         self.ep_length = np.zeros(self.n, dtype=np.int64)
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        return env_call(call, self.label, what, self.env_steps, getattr(self, "shapes", None))
+
+    def _checked(self, next_obs: Any) -> None:
+        """An observation batch whose shapes changed since reset is a fault (a vector env
+        that does not stack its envs' observations would pass it on to the agent)."""
+        shapes = _shapes(next_obs)
+        if shapes != self.shapes:
+            raise EnvFault(
+                f"{self.label[0].upper()}{self.label[1:]} returned observations shaped "
+                f"{shapes} at env step {self.env_steps}, where reset gave {self.shapes}: an "
+                "env's observation must keep its observation space's shape all run. Fix the "
+                "env plugin, then resume from the last checkpoint."
+            )
+
+    def _step(self, actions: Any) -> Any:
+        result = self._call("step", lambda: self.envs.step(actions))
+        self._checked(result[0])
+        self.env_steps += self.n
+        return result
 
     def step(self, agent: Acting, finished: list[Episode]) -> Transition:
         """One vector step; appends (return, length, metrics) of episodes that ended to
@@ -83,7 +166,7 @@ class EnvStepper:
         The transition's ``next_obs`` holds the true final observation of ended episodes."""
         obs = self.obs
         actions, extras = agent.sample(obs)
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        next_obs, rewards, terminated, truncated, infos = self._step(actions)
         real_next = next_obs
         self.ep_return += team_reward(rewards)
         self.ep_length += 1
@@ -120,7 +203,7 @@ class EnvStepper:
         for t in range(steps):
             obs = self.obs
             actions, extras = agent.sample(obs)
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+            next_obs, rewards, terminated, truncated, infos = self._step(actions)
             values = (obs, actions, rewards, next_obs, terminated, truncated)  # STEP_FIELDS
             if t == 0:
                 for name, value in zip(STEP_FIELDS, values, strict=True):

@@ -122,8 +122,11 @@ def check_algorithm(
         restored = make(seed + 1)
         acted = _act(restored, env_info, many, rng)
         restored.restore(directory)
+        fresh = make(seed + 4)  # restored without acting first: no acting state to refresh
+        fresh.restore(directory)
         actual = _samples(restored, probe), _greedy(restored, odd_batch), restored.weights()
-    _check(_same(expected[2], actual[2]), who, "restore(save()) gave different weights()")
+    _check_same_weights(expected[2], actual[2], "restore(save()) gave different weights()", who)
+    _check_learner_acting(agent, fresh, restored, many, learned, who)
     _check_acting_copy(
         restored, many, acted, learned, "restore(directory) of the learner's save()", who
     )
@@ -189,6 +192,71 @@ TRANSFER_PROBE = 64
 enough that two different discrete policies almost surely disagree on one of them."""
 
 
+def _weights_difference(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> str | None:
+    """Where weights ``a`` and ``b`` differ, key by key (None when they are equal)."""
+    if a.keys() != b.keys():
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        return f"keys differ: only in the first {only_a}, only in the second {only_b}"
+    for key in a:
+        x, y = np.asarray(a[key]), np.asarray(b[key])
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{key!r} is {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        if not np.array_equal(x, y):
+            wrong = int(np.sum(x != y))
+            return f"{key!r} differs in {wrong} of {x.size} values"
+    return None
+
+
+def _check_same_weights(
+    expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray], what: str, who: str
+) -> None:
+    found = _weights_difference(expected, actual)
+    if found is not None:
+        _fail(who, f"{what}: {found}")
+
+
+def _check_not_aliased(
+    held: Mapping[str, np.ndarray], before: Mapping[str, np.ndarray], t: int, who: str
+) -> None:
+    """weights() returned before a learn() must still hold what they held: a farm sends them
+    to actors and a checkpoint writes them while learning goes on, so arrays that learn()
+    overwrites in place change under those readers."""
+    changed = [k for k in before if k in held and not np.array_equal(held[k], before[k])]
+    if changed:
+        _fail(
+            who,
+            f"learn() after step {t} overwrote arrays that an earlier weights() returned, in "
+            f"place ({', '.join(repr(k) for k in changed[:3])}"
+            f"{' ...' if len(changed) > 3 else ''}): weights() must return copies (e.g. "
+            "np.array(x, copy=True), or backend.get_weights), not views of the parameters.",
+        )
+
+
+def _check_learner_acting(
+    learner: Any, fresh: Any, restored: Any, many: Any, learned: Any, who: str
+) -> None:
+    """The learner acts with its own current weights: where two agents restored from its
+    checkpoint (one that had acted before, one that had not) agree with each other and not
+    with the learner, it is the learner's acting copy that is stale, left behind by its own
+    learn()."""
+    if not learner.weights():
+        return
+    truth = _greedy(fresh, many)
+    mismatch = _differs(learned, truth)
+    if mismatch is None or _differs(_greedy(restored, many), truth) is not None:
+        return  # (agreeing, or a receiving agent's fault: _check_acting_copy names it)
+    what = mismatch.replace("the learner", "its restored checkpoint")
+    _fail(
+        who,
+        f"after learn(), the learner's own predict() {what} on {batch_size(many)} "
+        "observations, where two agents restored from its save() agree with each other: "
+        "learn() changed the weights but left the learner's acting copy stale. Take the "
+        "numpy copy (backend.inference(model)) and any other cached acting state again at "
+        "the end of learn() (whenever the weights change), or the learner evaluates and "
+        "acts with old weights.",
+    )
+
+
 def _check_broadcast(
     learner: Any,
     actor: Any,
@@ -210,7 +278,9 @@ def _check_broadcast(
     acted = _act(actor, info, many, rng)
     actor.set_weights(weights)
     actor.env_steps = learner.env_steps
-    _check(_same(actor.weights(), weights), who, "set_weights(w) then weights() differs from w")
+    _check_same_weights(
+        weights, actor.weights(), "set_weights(w) then weights() differs from w", who
+    )
     _check_acting_copy(actor, many, acted, learned, "set_weights(learner.weights())", who)
     _close(
         who,
@@ -306,7 +376,8 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
     first change (that learn() call, on an already-updated policy, is checked too) to keep the
     check fast."""
     n = info.num_envs
-    before = _snapshot(agent.weights())
+    held = agent.weights()  # as a caller keeps them (a farm's broadcast, a checkpoint)
+    before = _snapshot(held)
     changed_at: int | None = None
     obs = _obs_batch(info, n, rng)
     vector_steps = max(1, steps // n)
@@ -329,6 +400,7 @@ def _feed(agent: Any, info: EnvInfo, steps: int, rng: np.random.Generator, who: 
                 return
             if not _same(before, agent.weights()):
                 changed_at = t
+                _check_not_aliased(held, before, t, who)
     if not before:  # a policy without parameters (e.g. random) has nothing to update
         return
     _check(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def check_env(
 
     Builds it like the runner (``make_env(env_id, num_envs=, seed=, vector="sync",
     options=)``; ``options`` defaults to ``spec.config_cls()``) and checks: the single
-    spaces exist and :func:`harness.runtime.spaces.env_info` reads them; ``reset`` and ``step``
+    spaces exist and :func:`harness.runtime.env_info` reads them; ``reset`` and ``step``
     with random valid actions return arrays of the right shapes and dtypes, inside the
     observation space; SAME_STEP autoreset (the step that ends an episode returns the reset
     observation, with the true final one in ``infos["final_obs"]`` and the mask in
@@ -230,7 +230,10 @@ def _run_env(
     """Reset with ``seed`` and step through ``actions``, recording the trajectory; checks
     every return value when ``strict``."""
     spaces = _obs_spaces(envs)
-    result = envs.reset(seed=seed)
+    try:
+        result = envs.reset(seed=seed)
+    except Exception as exc:
+        _call_failed(envs, "reset(seed=...)", exc, spaces, who)
     _check(
         isinstance(result, tuple) and len(result) == 2,
         who,
@@ -243,7 +246,10 @@ def _run_env(
     trajectory = [_flat_record({"reset obs": obs})]
     episodes_ended = 0
     for t, action in enumerate(actions):
-        out = envs.step(action)
+        try:
+            out = envs.step(action)
+        except Exception as exc:
+            _call_failed(envs, f"step {t}", exc, spaces, who)
         _check(
             isinstance(out, tuple) and len(out) == 5,
             who,
@@ -262,6 +268,28 @@ def _run_env(
             f"actions, so the autoreset contract went unchecked; pass a larger steps=",
         )
     return trajectory
+
+
+def _call_failed(
+    envs: Any, call: str, exc: Exception, spaces: Mapping[str, Any], who: str
+) -> NoReturn:
+    """Fail naming what a reset or step raised; a vector env that could not stack its envs'
+    observations (numpy's "Output array is the wrong shape") is named as an observation of
+    the wrong shape, with the shapes."""
+    what = f"{call} raised {type(exc).__name__}: {exc}"
+    if isinstance(exc, ValueError) and "shape" in str(exc):
+        shapes = {agent: getattr(space, "shape", None) for agent, space in spaces.items()}
+        expected = shapes[""] if list(shapes) == [""] else shapes
+        # gymnasium's SyncVectorEnv keeps its envs' observations of the failed step here
+        seen = getattr(envs, "_env_obs", None)
+        got = ""
+        if isinstance(seen, list | tuple) and seen:
+            got = f"; its envs returned observations shaped {[np.shape(o) for o in seen]}"
+        what += (
+            f". An observation has the wrong shape (the observation space is {expected}{got}): "
+            "every observation must have the observation space's shape, all run long"
+        )
+    _fail(who, what)
 
 
 def _obs_spaces(envs: Any) -> dict[str, Any]:

@@ -294,7 +294,7 @@ class ActorCritic(Algorithm):
     def policy_weights(self) -> dict[str, np.ndarray]:
         weights = self.backend.get_weights(self.acting_model())
         if not self.discrete:
-            weights["log_std"] = self.backend.numpy(self.log_std)
+            weights["log_std"] = np.array(self.backend.numpy(self.log_std), copy=True)
         if self.obs_norm is not None:
             weights["obs_mean"] = self.obs_norm.mean.astype(np.float32)
             weights["obs_var"] = self.obs_norm.var.astype(np.float32)

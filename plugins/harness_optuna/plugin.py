@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from harness_optuna.report import summary_table, write_best, write_plots
     from harness_optuna.study import TuneRequest, base_pack_config, prepare, run_study
 
-    _pm, registry = plugins_for(args)
+    pm, registry = plugins_for(args)
     pack_file = find_pack(args.pack, registry)
     request = TuneRequest(
         pack_file=pack_file,
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         cluster=args.cluster,
         transport=args.transport,
         seed=args.seed,
+        plugins=pm.selection,
     )
     prep = prepare(request, registry)
     import optuna

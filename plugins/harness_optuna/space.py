@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import SECTIONS, Config, RawConfig, parse_override, resolve
+from harness.config import (
+    SECTIONS,
+    Config,
+    RawConfig,
+    check_learning_rate,
+    is_learning_rate,
+    parse_override,
+    resolve,
+)
 from harness.errors import ConfigError, did_you_mean
 from harness.registry import Registry
 
@@ -254,6 +262,9 @@ def _numeric(key: str, kind: str, spec: Mapping[str, Any], where: str) -> Param:
             raise ConfigError(f"{where}: step = {step!r} is wider than the range [{low}, {high}].")
     if log and low <= 0:
         raise ConfigError(f"{where}: a log distribution needs low > 0, got low = {low!r}.")
+    if is_learning_rate(key):  # (a trial of lr <= 0 would train nothing, or diverge)
+        for name in ("low", "high"):
+            check_learning_rate(key, spec[name], f"{where} {name}")
     if kind == "float":
         low, high = float(low), float(high)
         step = float(step) if step is not None else None
@@ -335,12 +346,6 @@ def check_against_config(
             probe = _copy(raw)
             probe.merge({param.section: {param.name: value}}, where)
             resolve(probe, registry)
-    if settings.metric == "eval/mean_return" and base.run.eval_episodes <= 0:
-        raise ConfigError(
-            f"{pack_file}: [tune] metric 'eval/mean_return' needs evaluations, but "
-            f"run.eval_episodes = {base.run.eval_episodes}. Set it > 0 (and run.eval_every > 0 "
-            f"for pruning)."
-        )
     return base
 
 

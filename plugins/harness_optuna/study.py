@@ -22,7 +22,9 @@ from typing import Any
 
 from harness.config import Config, RawConfig, layer, resolve
 from harness.errors import ConfigError, HarnessError
+from harness.plugins import PluginSelection
 from harness.registry import Registry
+from harness_optuna.metrics import check_metric
 from harness_optuna.space import (
     Param,
     TuneSettings,
@@ -58,6 +60,9 @@ class TuneRequest:
     cluster: str | None = None
     transport: str = "zmq"
     seed: int | None = None
+    plugins: PluginSelection | None = None
+    """The command's plugin selection (``-p``), which every trial loads; None: this
+    process's environment's."""
 
 
 @dataclass
@@ -87,6 +92,8 @@ def prepare(request: TuneRequest, registry: Registry) -> Prepared:
     raw = layer(request.pack_file, request.configs, [*settings.set, *request.sets])
     raw.merge({"run": {"progress": False}}, "harness tune")
     base = check_against_config(settings, raw, registry, request.pack_file)
+    plugins = request.plugins or PluginSelection.from_environment()
+    check_metric(settings.metric, raw, base, plugins, request.pack_file, registry)
     make_pruner(
         settings.pruner,
         settings.pruner_options.get(settings.pruner, {}),
@@ -390,6 +397,7 @@ def _next_job(study: Any, prep: Prepared, registry: Registry, notify: Notify) ->
         objective=s.objective,
         pruner=s.pruner,
         pruner_options=s.pruner_options.get(s.pruner, {}),
+        plugins=prep.request.plugins or PluginSelection.from_environment(),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import hookimpl
+from harness.plugins import PluginSelection
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class TrialJob:
     objective: str
     pruner: str
     pruner_options: dict[str, Any] = field(default_factory=dict)
+    plugins: PluginSelection = field(default_factory=PluginSelection)
+    """The ``harness tune`` command's plugin selection: the trial loads exactly it."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,15 @@ class TrialReporter:
         self.metric = metric
         self.values: list[tuple[int, float]] = []
         self.pruned = False
+
+    @hookimpl
+    def harness_run_end(self, run: Any, summary: Mapping[str, Any]) -> None:
+        """The closing evaluation (after the last iteration) counts as the final value."""
+        value = summary.get("final_eval_metrics", {}).get(self.metric)
+        if value is None or not math.isfinite(value):
+            return
+        if not self.values or self.values[-1] != (run.step, float(value)):
+            self.values.append((run.step, float(value)))
 
     @hookimpl
     def harness_iteration_end(self, run: Any, metrics: Mapping[str, float]) -> None:
@@ -90,7 +102,6 @@ def run_trial(job: TrialJob) -> TrialOutcome:
     import optuna
 
     from harness.config import RawConfig, resolve
-    from harness.plugins import collect_registry, make_plugin_manager
     from harness.runtime import train
     from harness_optuna.storage import make_pruner, open_storage
 
@@ -105,8 +116,7 @@ def run_trial(job: TrialJob) -> TrialOutcome:
         study_name=job.study_name, storage=open_storage(job.storage), pruner=pruner
     )
     trial = optuna.trial.Trial(study, job.trial_id)
-    pm = make_plugin_manager()
-    registry = collect_registry(pm)
+    pm, registry = job.plugins.load_plugins(f"tune trial {job.number} (pid {os.getpid()})")
     raw = RawConfig()
     raw.merge(job.config, f"harness tune trial {job.number}", for_algo=run_cfg["algo"])
     config = resolve(raw, registry)

@@ -396,3 +396,79 @@ def test_check_algorithm_fails_when_rows_ended_resets_nothing(torch_backend: Any
     config = spec.config_cls(recurrent="lstm", rnn_hidden=16)
     with pytest.raises(AssertionError, match="sample_rows"):
         check_algorithm(spec, torch_backend, DISCRETE, config=config, steps=512)
+
+
+# ------------------------------------------------------------------------------------------
+# 7. weights() that alias the parameters, a learner left stale by its own learn(), weights
+# that a checkpoint does not bring back, an observation of the wrong shape
+
+
+def aliasing_weights() -> dict[str, Callable[..., Any]]:
+    """weights() that hand out the same arrays every time, refreshed in place by every
+    weights() and learn() call: what returning views of the parameters does."""
+    held: dict[int, dict[str, np.ndarray]] = {}
+
+    def refresh(agent: Any) -> dict[str, np.ndarray]:
+        arrays = held.setdefault(id(agent), {})
+        for key, value in agent.weights().items():
+            if key in arrays:
+                arrays[key][...] = value
+            else:
+                arrays[key] = np.array(value, copy=True)
+        return arrays
+
+    def learn(agent: Any) -> Any:
+        metrics = agent.learn()
+        refresh(agent)
+        return metrics
+
+    return {"weights": refresh, "learn": learn}
+
+
+def test_check_algorithm_fails_on_weights_that_learn_overwrites(torch_backend: Any) -> None:
+    spec = mutant("ppo", **aliasing_weights())
+    with pytest.raises(AssertionError) as excinfo:
+        check_algorithm(spec, torch_backend, DISCRETE, steps=1024)
+    message = str(excinfo.value)
+    assert "overwrote arrays that an earlier weights() returned, in place" in message
+    assert "must return copies" in message
+
+
+def test_stale_acting_copy_after_learn_names_learn(torch_backend: Any) -> None:
+    spec = mutant("ppo", learn=keeping_acting_copy("learn"))
+    with pytest.raises(AssertionError) as excinfo:
+        check_algorithm(spec, torch_backend, DISCRETE, steps=1024)
+    message = str(excinfo.value)
+    assert "after learn(), the learner's own predict()" in message
+    assert "left the learner's acting copy stale" in message
+    assert "receiv" not in message and "already acted" not in message
+
+
+def test_restore_that_changes_a_weight_names_the_key(torch_backend: Any) -> None:
+    changed: list[str] = []
+
+    def restore(agent: Any, directory: Any) -> None:
+        agent.restore(directory)
+        weights = agent.weights()
+        key = sorted(weights)[-1]
+        changed.append(key)
+        agent.set_weights({**weights, key: weights[key] + 1.0})
+
+    spec = mutant("ppo", restore=restore)
+    with pytest.raises(AssertionError) as excinfo:
+        check_algorithm(spec, torch_backend, DISCRETE, steps=1024)
+    message = str(excinfo.value)
+    assert "restore(save()) gave different weights()" in message
+    assert f"{changed[0]!r} differs in" in message, message
+
+
+def test_check_env_gives_the_shapes_of_a_wrong_shaped_observation() -> None:
+    def three_of_four(env: Any) -> Any:
+        import gymnasium as gym
+
+        return gym.wrappers.TransformObservation(env, lambda obs: obs[:3], env.observation_space)
+
+    with pytest.raises(AssertionError) as excinfo:
+        check_env(gym_family(three_of_four), "CartPole-v1")
+    message = str(excinfo.value)
+    assert "wrong shape" in message and "(4,)" in message and "(3,)" in message, message

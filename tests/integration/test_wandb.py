@@ -20,6 +20,7 @@ import pytest
 
 from harness import hookimpl
 from harness.config import find_pack_file, layer, resolve
+from harness.errors import PluginError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.registry import TrackerSpec
 from harness.runtime import train
@@ -224,15 +225,12 @@ class BrokenStartPlugin:
         return [TrackerSpec("broken", make=_broken_make, description="cannot start")]
 
 
-def test_a_tracker_that_cannot_start_is_skipped(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Any exception from a tracker factory (not only PluginError) skips that tracker."""
-    caplog.set_level(logging.WARNING)
-    result = _train(
-        tmp_path, "trackers=['csv', 'broken']", "algo='random'", plugins=(BrokenStartPlugin(),)
-    )
-    assert result.steps >= 2048
-    reports = [r.getMessage() for r in caplog.records if "'broken'" in r.getMessage()]
-    assert len(reports) == 1 and "no space left on device" in reports[0], reports
-    assert len(_csv_rows(result.run_dir)) >= 4
+def test_a_named_tracker_that_cannot_start_refuses_the_run(tmp_path: Path) -> None:
+    """Any exception from the factory of a tracker that run.trackers names (not only
+    PluginError) refuses the run, naming the tracker (docs/plugins.md: one you name must
+    start); no run directory is left. (Only a default tracker is skipped.)"""
+    with pytest.raises(PluginError, match=r"Tracker 'broken' .*OSError: no space left on device"):
+        _train(
+            tmp_path, "trackers=['csv', 'broken']", "algo='random'", plugins=(BrokenStartPlugin(),)
+        )
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
