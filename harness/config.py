@@ -424,23 +424,26 @@ def is_learning_rate(key: str) -> bool:
     return bool(_LEARNING_RATE.search(key.rpartition(".")[2]))
 
 
-def check_learning_rate(key: str, value: Any, origin: str = "config") -> None:
-    """Refuse a learning rate that is not a finite number > 0 (NaN trains to NaN weights, a
-    negative one climbs the loss), naming ``origin`` (a file, ``--set ...``) and ``key``.
-    Used for every algorithm's learning-rate options (:func:`check_algo_options`) and for
-    search bounds of them (``harness tune``)."""
+def check_learning_rate(key: str, value: Any, origin: str = "config", *, zero: bool = True) -> None:
+    """Refuse a learning rate that is not a finite number >= 0 (> 0 with ``zero=False``):
+    NaN trains to NaN weights, a negative one climbs the loss; 0 freezes the networks, which
+    a test or a frozen baseline may want, but a search bound of 0 samples nothing useful.
+    Names ``origin`` (a file, ``--set ...``) and ``key``. Used for every algorithm's
+    learning-rate options (:func:`check_algo_options`) and for search bounds of them
+    (``harness tune``, ``zero=False``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return  # (the type check names a wrong type)
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        least = "0 or more (0 freezes the networks)" if zero else "greater than 0"
         raise ConfigError(
             f"{origin}: {key} = {value!r} is not a usable learning rate: it must be a finite "
-            f"number greater than 0 (e.g. --set {key}=3e-4)."
+            f"number {least} (e.g. --set {key}=3e-4)."
         )
 
 
 def check_algo_options(options: Any, where: Mapping[str, str], section: str = "algo") -> None:
     """Refuse what no algorithm can train with, whatever its plugin checks itself: a
-    learning rate that is not finite and > 0 (every field :func:`is_learning_rate` names)
+    learning rate that is not finite and >= 0 (every field :func:`is_learning_rate` names)
     and a layer width below 1 (fields named ``hidden`` or ``*_hidden``: ``[-5]``, ``0``)."""
     if options is None or not dataclasses.is_dataclass(options):
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,3 +107,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker = getattr(config, "workerinput", None)
     if worker is not None:
         items[:] = spread_heavy(items, int(worker["workercount"]))
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every cluster authenticates its peers, and a master started without keys writes its
+    own into the state directory: each test gets a private one (never the user's
+    ~/.harness), inherited by the CLI processes it starts."""
+    monkeypatch.setenv("HARNESS_STATE_DIR", str(tmp_path / "state"))

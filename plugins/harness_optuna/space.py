@@ -264,7 +264,7 @@ def _numeric(key: str, kind: str, spec: Mapping[str, Any], where: str) -> Param:
         raise ConfigError(f"{where}: a log distribution needs low > 0, got low = {low!r}.")
     if is_learning_rate(key):  # (a trial of lr <= 0 would train nothing, or diverge)
         for name in ("low", "high"):
-            check_learning_rate(key, spec[name], f"{where} {name}")
+            check_learning_rate(key, spec[name], f"{where} {name}", zero=False)
     if kind == "float":
         low, high = float(low), float(high)
         step = float(step) if step is not None else None

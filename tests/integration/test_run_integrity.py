@@ -357,8 +357,9 @@ def test_an_out_in_a_read_only_directory_is_refused(
 
 
 def test_every_algorithms_learning_rates_are_checked() -> None:
-    """Each learning-rate option of every installed algorithm refuses NaN, inf, 0 and < 0
-    (one generic check: no algorithm needs its own)."""
+    """Each learning-rate option of every installed algorithm refuses NaN, inf and < 0 and
+    takes 0 (frozen networks); one generic check: no algorithm needs its own. A search bound
+    (harness tune) must be > 0."""
     registry = collect_registry(make_plugin_manager())
     checked = []
     for name, spec in registry.algorithms.items():
@@ -367,14 +368,21 @@ def test_every_algorithms_learning_rates_are_checked() -> None:
         for field in dataclasses.fields(spec.config_cls):
             if not is_learning_rate(field.name) or field.type not in (float, "float"):
                 continue
-            for bad in ("nan", "inf", "0.0", "-1e-3"):
+            for bad in ("nan", "inf", "-1e-3"):
                 override = f"algo.{field.name}={bad}"
                 raw = layer(None, overrides=[f"run.algo={name}", override])
                 with pytest.raises(ConfigError, match=field.name):
                     resolve(raw, registry)
+            frozen = layer(None, overrides=[f"run.algo={name}", f"algo.{field.name}=0.0"])
+            try:  # 0 passes the generic check (an algorithm may still need > 0: ES)
+                resolve(frozen, registry)
+            except ConfigError as exc:
+                assert "not a usable learning rate" not in str(exc), exc
             checked.append(f"{name}.{field.name}")
     assert {"ppo.learning_rate", "dqn.learning_rate", "maddpg.lr_actor"} <= set(checked)
     assert "pg.vf_learning_rate" in checked
     check_learning_rate("algo.learning_rate", 3e-4)  # (what harness tune checks bounds with)
+    with pytest.raises(ConfigError, match="greater than 0"):
+        check_learning_rate("algo.learning_rate", 0.0, "tune.space", zero=False)
     with pytest.raises(ConfigError, match=r"tune\.space"):
         check_learning_rate("algo.learning_rate", -math.inf, "tune.space")
