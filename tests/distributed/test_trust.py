@@ -89,10 +89,14 @@ def attack(targets: list[tuple[str, Keys | None]], marker: Path) -> int:
             socks.append(sock)
             if keys is not None:
                 Guard(ctx, keys).client(sock)
+            # bounded: once a server drops the handshake the DEALER has no peer left and a
+            # send would block for ever (what it could not send reached nobody either)
+            sock.sndtimeo = 500
             sock.connect(endpoint)
-            for kind in wire.Kind:
-                for frames in poisoned(kind.value, marker):
-                    sock.send_multipart(frames)
+            with contextlib.suppress(zmq.Again):
+                for kind in wire.Kind:
+                    for frames in poisoned(kind.value, marker):
+                        sock.send_multipart(frames)
         poller = zmq.Poller()
         for sock in socks:
             poller.register(sock, zmq.POLLIN)
