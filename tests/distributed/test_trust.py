@@ -510,6 +510,17 @@ out["cookie /"] = get(url, {"Cookie": jar})[0]
 out["bad visit"] = get(url + "?token=nope")[0]
 body = get(url + "api/status", {"Authorization": "Bearer " + token})[2]
 out["status_ok"] = json.loads(body)["master"]["address"] == address
+out["browser"] = None
+if len(sys.argv) > 1:  # headless Chromium: the first visit's cookie, then the live page
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--user-data-dir=" + sys.argv[2], "--virtual-time-budget=5000", "--dump-dom"]
+    seen = {}
+    for name, where in (("with", url + "?token=" + token), ("without", url)):
+        dom = subprocess.run([sys.argv[1], *flags, where], capture_output=True, text=True,
+                             timeout=60).stdout
+        seen[name] = address in dom
+    out["browser"] = seen
 out["stop"] = cluster("stop", address).returncode
 print(json.dumps(out))
 """
@@ -541,9 +552,13 @@ def test_an_off_loopback_monitor_asks_for_its_token(tmp_path: Path) -> None:
     """The monitor bound on a real interface (10.99.0.1, in a namespace this test makes)
     through the real CLI: nothing without the token, everything with it (header or the
     cookie a first visit to /?token= sets)."""
-    done = in_namespace(tmp_path, MONITOR_SCRIPT)
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    extra = (browser, str(tmp_path / "profile")) if browser else ()
+    done = in_namespace(tmp_path, MONITOR_SCRIPT, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
+    if browser:  # the page a browser shows: the cluster's status with the token, none without
+        assert out["browser"] == {"with": True, "without": False}, out["browser"]
     code, stderr = out["no_keys"]
     assert code == 2 and stderr.startswith("harness: error:") and "--keys" in stderr
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
