@@ -129,19 +129,7 @@ def train(
         if not run.terminated and (not run.eval_history or run.eval_history[-1][0] != run.step):
             _evaluate_and_record(run, last_eval)
         ckpt = _checkpoint(run)
-        final = run.eval_history[-1][1] if run.eval_history else float("nan")
-        result = RunResult(
-            run_dir=run.run_dir,
-            steps=run.step,
-            episodes=run.episodes,
-            wall_time=time.perf_counter() - t_start,
-            final_eval=final,
-            best_eval=run.best_eval,
-            recent_return=run.recent_return,
-            checkpoint=ckpt,
-            stopped_early=stopped,
-            terminated=run.terminated,
-        )
+        result = _result(run, time.perf_counter() - t_start, ckpt, stopped)
         summary = {**result.as_dict(), **_final_scores(last_eval)}
         write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
         _plot(run)
@@ -474,6 +462,22 @@ def _save(
         raise out_of_space_error(run.run_dir, root, needed, run.step, kept) from exc
 
 
+def _result(run: Run, wall_time: float, checkpoint: Path | None, stopped: bool) -> RunResult:
+    """What ``train`` returns (and ``summary.json`` starts from) for ``run`` as it stands."""
+    return RunResult(
+        run_dir=run.run_dir,
+        steps=run.step,
+        episodes=run.episodes,
+        wall_time=wall_time,
+        final_eval=run.eval_history[-1][1] if run.eval_history else float("nan"),
+        best_eval=run.best_eval,
+        recent_return=run.recent_return,
+        checkpoint=checkpoint,
+        stopped_early=stopped,
+        terminated=run.terminated,
+    )
+
+
 def _summary_of_failure(run: Run, wall_time: float, error: Exception) -> dict[str, Any]:
     """``summary.json`` of a run that ended on an error after training (a full disk): what
     it did, its last good checkpoint and the error; written if the disk still takes it."""
@@ -481,20 +485,7 @@ def _summary_of_failure(run: Run, wall_time: float, error: Exception) -> dict[st
         kept: Path | None = latest_checkpoint(run.run_dir)
     except CheckpointError:
         kept = None
-    final = run.eval_history[-1][1] if run.eval_history else float("nan")
-    result = RunResult(
-        run_dir=run.run_dir,
-        steps=run.step,
-        episodes=run.episodes,
-        wall_time=wall_time,
-        final_eval=final,
-        best_eval=run.best_eval,
-        recent_return=run.recent_return,
-        checkpoint=kept,
-        stopped_early=True,
-        terminated=run.terminated,
-    )
-    summary = {**result.as_dict(), "error": str(error)}
+    summary = {**_result(run, wall_time, kept, True).as_dict(), "error": str(error)}
     path = run.run_dir / "summary.json"
     try:
         write_atomic_text(path, json.dumps(summary, indent=2))
