@@ -342,12 +342,26 @@ LEARNING = {
 # each check's minutes in CI (2026-12-05, clean clone, one pinned core): tests/conftest.py
 # spreads the heavy tests over the xdist workers
 LEARNING_SECONDS = {"die": 251, "osl": 472, "relocate": 317}
+SLOWER_MACHINE = 3.0
+"""Each check's time limit over its CI seconds: the steps are fixed, so the wall-clock follows
+the CPU, and CI's machines differ (2026-12-07, a clean clone on a slower one: Die 612 s,
+Relocate 741 s, OslRun past the suite's 900 s; on this VM type OslRun takes ~800 s)."""
+
+
+def learning_timeout(name: str) -> float:
+    return SLOWER_MACHINE * LEARNING_SECONDS[name]
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=pytest.mark.heavy(seconds=LEARNING_SECONDS[name]))
+        pytest.param(
+            name,
+            marks=[
+                pytest.mark.heavy(seconds=LEARNING_SECONDS[name]),
+                pytest.mark.timeout(learning_timeout(name)),
+            ],
+        )
         for name in sorted(LEARNING)
     ],
 )
@@ -379,7 +393,8 @@ def test_the_pack_clearly_beats_random_and_resting_policies_within_minutes(
     )
     out = tmp_path / "runs"
     proc = harness_cli(
-        ["run", pack, "--out", str(out), *(f"--set={s}" for s in settings)], timeout=900
+        ["run", pack, "--out", str(out), *(f"--set={s}" for s in settings)],
+        timeout=learning_timeout(name) - 60,  # (the baselines above took ~10 s)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = out.iterdir()
