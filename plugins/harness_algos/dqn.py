@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -14,12 +14,9 @@ from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
 from harness.numpy_nets import Argmax, Op, PolicyProgram, layers_of
 from harness_algos.offpolicy import check_replay
 
-if TYPE_CHECKING:  # (discrete CQL runs this update with its own config; it imports this module)
-    from harness_algos.cql_discrete import CQLDiscreteConfig
-
 
 def check_q(loss: str, batch_size: int, target_update_interval: int) -> None:
-    """Refuse the Q update's keys (discrete CQL's config declares them too): a known ``loss``,
+    """Refuse the Q update's keys (every config that runs it declares them): a known ``loss``,
     ``batch_size`` and ``target_update_interval`` >= 1."""
     if loss not in ("huber", "mse"):
         raise ValueError(f"loss = {loss!r} must be 'huber' or 'mse'")
@@ -80,12 +77,26 @@ class DQNConfig:
         check_q(self.loss, self.batch_size, self.target_update_interval)
 
 
+class QUpdateConfig(Protocol):
+    """The ``[algo]`` keys the Q update (:class:`DQN`) reads. :class:`DQNConfig` declares them
+    (with their docs), and so does the config of any algorithm that runs this update with keys
+    of its own (an offline one's dataset keys), without this module knowing it."""
+
+    learning_rate: float
+    gamma: float
+    tau: float
+    hidden: list[int]
+    activation: str
+    double: bool
+    dueling: bool
+    max_grad_norm: float
+    loss: str
+
+
 class DQN(Algorithm):
     """Loss and update: TD regression of Q(s, a) on r + gamma * Q_target(s', a*)."""
 
-    def __init__(
-        self, backend: Backend, info: EnvInfo, config: DQNConfig | CQLDiscreteConfig
-    ) -> None:
+    def __init__(self, backend: Backend, info: EnvInfo, config: QUpdateConfig) -> None:
         super().__init__(backend)
         self.config = config
         self.q = self._build(info)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -21,15 +21,12 @@ from harness_algos.offpolicy import (
     flat,
 )
 
-if TYPE_CHECKING:  # (CQL runs this update with its own config; cql.py imports this module)
-    from harness_algos.cql import CQLConfig
-
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 def check_soft(ent_coef: float, target_update_interval: int) -> None:
-    """Refuse SAC's own keys (CQL's config declares them too): ``ent_coef`` > 0,
-    ``target_update_interval`` >= 1."""
+    """Refuse SAC's own keys (every config of :class:`SoftUpdateConfig` declares them):
+    ``ent_coef`` > 0, ``target_update_interval`` >= 1."""
     if ent_coef <= 0:
         raise ValueError(f"ent_coef = {ent_coef} must be > 0")
     if target_update_interval < 1:
@@ -75,6 +72,22 @@ class SACConfig:
         check_actor_critic(self.batch_size, self.tau)
 
 
+class SoftUpdateConfig(Protocol):
+    """The ``[algo]`` keys SAC's update (:class:`SAC`) reads. :class:`SACConfig` declares them
+    (with their docs), and so does the config of any algorithm that runs this update with keys
+    of its own (an offline one's dataset keys), without this module knowing it."""
+
+    learning_rate: float
+    gamma: float
+    tau: float
+    hidden: list[int]
+    activation: str
+    autotune: bool
+    ent_coef: float
+    target_entropy: float | None
+    target_update_interval: int
+
+
 class SAC(ContinuousActorCritic):
     """Soft Q regression, the reparameterised actor update and the entropy-coefficient step."""
 
@@ -89,7 +102,7 @@ class SAC(ContinuousActorCritic):
     )
     counters = ("steps",)
 
-    def __init__(self, backend: Backend, info: EnvInfo, config: SACConfig | CQLConfig) -> None:
+    def __init__(self, backend: Backend, info: EnvInfo, config: SoftUpdateConfig) -> None:
         super().__init__(backend)
         self.config = config
         obs_dim, self.act_dim = info.observation.flat_dim, info.action.flat_dim
