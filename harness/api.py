@@ -29,6 +29,7 @@ import numpy as np
 
 from harness.errors import CheckpointError
 from harness.numpy_nets import PolicyProgram
+from harness.policy import AgentPolicy, Policy
 
 Tensor = Any
 """A framework tensor (``torch.Tensor``, ``paddle.Tensor``). Algorithms never inspect its type."""
@@ -577,6 +578,13 @@ class Agent(abc.ABC):
         ``predict`` (all envs) and after each vector step in which the episodes of the envs in
         ``mask`` ended. Only an agent whose greedy policy keeps per-env state (a recurrent
         one, e.g. QMIX with GRU agents) needs it."""
+
+    def policy(self) -> Policy:
+        """What acts for this agent (:class:`harness.policy.Policy`): the serial and farm
+        steppers, evaluation and export act through it and nothing else. Default: an
+        :class:`~harness.policy.AgentPolicy` over the hooks above; an algorithm with a policy
+        of its own (explicit per-env state, loaded from weights) returns it here."""
+        return AgentPolicy(self)
 
     def policy_program(self) -> PolicyProgram | None:
         """Optional: the greedy policy, what :meth:`predict` computes from env observations to

@@ -29,6 +29,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "harness.hookspecs",
     "harness.numpy_nets",
     "harness.plugins",
+    "harness.policy",
     "harness.public",
     "harness.pytest_plugin",
     "harness.registry",

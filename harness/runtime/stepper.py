@@ -1,16 +1,19 @@
-"""Env stepping: a vector env stepped with an agent's exploratory actions, the episodes it
+"""Env stepping: a vector env stepped with a policy's exploratory actions, the episodes it
 finishes and their metrics. The same code runs in this process (serial runs) and in a farm's
-remote actors (``harness.runtime.farm``)."""
+remote actors (``harness.runtime.farm``). The stepper acts through a
+:class:`harness.policy.Policy` and owns its per-env state: it resets the rows of the envs whose
+episodes ended."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.api import Transition, team_reward, tree_map
 from harness.errors import ConfigError, HarnessError, PluginError
+from harness.policy import ActingHooks, Policy, State, as_policy
 
 if TYPE_CHECKING:
     from harness.registry import Registry
@@ -83,16 +86,6 @@ def env_call(
         ) from exc
 
 
-class Acting(Protocol):
-    """What the stepper needs of whoever chooses the actions: an :class:`~harness.api.Agent`,
-    or a farm actor's stand-in that asks a central policy server
-    (:class:`harness.runtime.inference.CentralActing`)."""
-
-    def sample(self, obs: Any) -> tuple[Any, Mapping[str, np.ndarray]]: ...
-
-    def episodes_ended(self, mask: np.ndarray) -> None: ...
-
-
 def episode_metrics(infos: Mapping[str, Any], i: int) -> dict[str, float]:
     """Env ``i``'s :data:`EPISODE_METRICS` from a vector step's infos in which it ended
     (gymnasium's SAME_STEP autoreset keeps the final step's info in ``infos["final_info"]``,
@@ -138,6 +131,19 @@ class EnvStepper:
         """The observation batch's shape at reset (None: not an array): every step keeps it."""
         self.ep_return = np.zeros(self.n)  # a multi-agent env's: the team's (sum over agents)
         self.ep_length = np.zeros(self.n, dtype=np.int64)
+        self._actor: object = None
+        self._policy: Policy | None = None
+        self.state: State = {}
+        """The policy's per-env state (:data:`harness.policy.State`), one row per env."""
+
+    def policy_of(self, actor: Policy | ActingHooks) -> Policy:
+        """The policy ``actor`` acts through (an agent's ``policy()``, a policy, or old
+        hooks wrapped), made once per actor; a new actor's envs start from its initial
+        state."""
+        if actor is not self._actor or self._policy is None:
+            self._actor, self._policy = actor, as_policy(actor)
+            self.state = self._policy.initial_state(self.n)
+        return self._policy
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         return env_call(call, self.label, what, self.env_steps, getattr(self, "shapes", None))
@@ -160,12 +166,13 @@ class EnvStepper:
         self.env_steps += self.n
         return result
 
-    def step(self, agent: Acting, finished: list[Episode]) -> Transition:
-        """One vector step; appends (return, length, metrics) of episodes that ended to
-        ``finished``.
+    def step(self, actor: Policy | ActingHooks, finished: list[Episode]) -> Transition:
+        """One vector step with ``actor``'s exploratory actions (:meth:`policy_of`); appends
+        (return, length, metrics) of episodes that ended to ``finished``.
         The transition's ``next_obs`` holds the true final observation of ended episodes."""
+        policy = self.policy_of(actor)
         obs = self.obs
-        actions, extras = agent.sample(obs)
+        actions, extras, self.state = policy.act(obs, self.state, explore=True)
         next_obs, rewards, terminated, truncated, infos = self._step(actions)
         real_next = next_obs
         self.ep_return += team_reward(rewards)
@@ -187,11 +194,13 @@ class EnvStepper:
                 )
                 self.ep_return[i] = 0.0
                 self.ep_length[i] = 0
-            agent.episodes_ended(done)
+            self.state = policy.reset(self.state, done, explore=True)
         self.obs = next_obs
         return Transition(obs, actions, rewards, real_next, terminated, truncated, extras)
 
-    def rollout(self, agent: Acting, steps: int, finished: list[Episode]) -> dict[str, Any]:
+    def rollout(
+        self, actor: Policy | ActingHooks, steps: int, finished: list[Episode]
+    ) -> dict[str, Any]:
         """``steps`` vector steps written into time-major arrays ``(steps, n, ...)``: the
         :data:`STEP_FIELDS` by name plus ``extras`` (a dict). What :meth:`step` gives step by
         step, for a remote actor: no per-step objects, the episode statistics done once at
@@ -200,9 +209,10 @@ class EnvStepper:
         extra_bufs: dict[str, np.ndarray] = {}
         any_done = False
         ended: dict[tuple[int, int], dict[str, float]] = {}  # (t, env): episode metrics
+        policy = self.policy_of(actor)
         for t in range(steps):
             obs = self.obs
-            actions, extras = agent.sample(obs)
+            actions, extras, self.state = policy.act(obs, self.state, explore=True)
             next_obs, rewards, terminated, truncated, infos = self._step(actions)
             values = (obs, actions, rewards, next_obs, terminated, truncated)  # STEP_FIELDS
             if t == 0:
@@ -222,7 +232,7 @@ class EnvStepper:
                     metrics = episode_metrics(infos, int(i))
                     if metrics:
                         ended[t, int(i)] = metrics
-                agent.episodes_ended(terminated | truncated)
+                self.state = policy.reset(self.state, terminated | truncated, explore=True)
             self.obs = next_obs
         done = bufs["terminated"] | bufs["truncated"]
         self._account(team_reward(bufs["rewards"]), done, any_done, finished, ended)

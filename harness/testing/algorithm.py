@@ -26,6 +26,7 @@ from harness.testing.common import (
     _same,
     _snapshot,
 )
+from harness.testing.policy import check_policy
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ def check_algorithm(
     ``set_weights``/``load_state`` fails here. That needs the receiving agent, built with
     another seed, to act differently from the learner beforehand; where it does not (weights
     initialised independently of the seed), the comparison is skipped with a logged warning.
+
+    Its :meth:`~harness.api.Agent.policy` is checked too: greedy acting for any subset of
+    rows equals acting for all, its state round-trips, and a policy given the learner's
+    weights by ``load`` acts like the learner.
     """
     kinds = sorted({a.kind for a in _agent_spaces(env_info, "actions").values()})
     kind = "/".join(kinds)
@@ -149,6 +154,8 @@ def check_algorithm(
     _check_broadcast(agent, make(seed + 2), env_info, many, odd_batch, learned, rng, who)
     if getattr(agent, "acts_by_rows", False):
         _check_rows(make(seed + 3), make(seed + 3), env_info, rng, who)
+    second = _obs_batch(env_info, TRANSFER_PROBE, rng)
+    check_policy(agent, make(seed + 5), env_info, [many, second], who, _differs)
 
 
 def _check_rows(

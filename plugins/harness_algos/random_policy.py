@@ -98,12 +98,18 @@ class RandomAgent(Agent):
         return self._random(batch_size(obs), self.rng), {}
 
     def predict(self, obs: Obs) -> Any:
-        # deterministic like every predict(): random, but a fixed function of the observations
-        parts = obs.values() if isinstance(obs, Mapping) else [obs]
-        seed = 0
-        for part in parts:
-            seed = zlib.crc32(np.ascontiguousarray(part).tobytes(), seed)
-        return self._random(batch_size(obs), np.random.default_rng(seed))
+        # deterministic like every predict(): random, but a fixed function of each row's
+        # observation alone (acting for any subset of rows gives those rows' actions)
+        parts = list(obs.values()) if isinstance(obs, Mapping) else [obs]
+        rows = []
+        for i in range(batch_size(obs)):
+            seed = 0
+            for part in parts:
+                seed = zlib.crc32(np.ascontiguousarray(part[i]).tobytes(), seed)
+            rows.append(self._random(1, np.random.default_rng(seed)))
+        if isinstance(rows[0], Mapping):
+            return {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
+        return np.concatenate(rows)
 
     def observe(self, transition: Transition) -> None:
         self.env_steps += len(transition.terminated)

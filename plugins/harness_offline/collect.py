@@ -21,6 +21,7 @@ import numpy as np
 from harness.checkpoint import latest_checkpoint
 from harness.config import Config, layer, resolve
 from harness.errors import CheckpointError, ConfigError, IncompatibleError
+from harness.policy import State
 from harness.registry import Registry
 from harness.runtime import load_agent, make_envs, space_info
 from harness_offline.datasets import import_minari, minari_root
@@ -125,37 +126,51 @@ def source_config(
     return checkpoint_config(ckpt, overrides, registry)
 
 
-def random_policy(space: Any, rng: np.random.Generator) -> Callable[[np.ndarray], Any]:
+Act = Callable[[np.ndarray, bool], Any]
+"""One env's action for its observation; the flag is True at an episode's first step."""
+
+
+def random_policy(space: Any, rng: np.random.Generator) -> Act:
     info = space_info(space)
     if info.kind == "discrete":
-        return lambda obs: int(rng.integers(info.n))
+        return lambda obs, first: int(rng.integers(info.n))
     low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         raise ConfigError(
             f"--policy random draws uniform box actions, but the action box {space} is unbounded."
         )
-    return lambda obs: rng.uniform(low, high).astype(space.dtype)
+    return lambda obs, first: rng.uniform(low, high).astype(space.dtype)
 
 
-def agent_policy(
-    agent: Any, space: Any, noise: float, rng: np.random.Generator
-) -> Callable[[np.ndarray], Any]:
-    """The agent's greedy action, with Gaussian noise (box, std as a fraction of the half range,
-    clipped to the box) or epsilon-random actions (discrete) when ``noise`` > 0."""
+def agent_policy(agent: Any, space: Any, noise: float, rng: np.random.Generator) -> Act:
+    """The agent's greedy action (through its :class:`~harness.policy.Policy`, its per-env
+    state reset at each episode's first step), with Gaussian noise (box, std as a fraction of
+    the half range, clipped to the box) or epsilon-random actions (discrete) when ``noise`` >
+    0."""
     info = space_info(space)
+    policy = agent.policy()
+    state: list[State] = [{}]
+
+    def greedy(obs: np.ndarray, first: bool) -> Any:
+        if first:
+            state[0] = policy.reset(policy.initial_state(1), np.ones(1, bool), explore=False)
+        actions, _, state[0] = policy.act(obs[None], state[0], explore=False)
+        return actions[0]
+
     if info.kind == "discrete":
 
-        def act_discrete(obs: np.ndarray) -> Any:
+        def act_discrete(obs: np.ndarray, first: bool) -> Any:
+            action = greedy(obs, first)  # (every step: a recurrent state follows the episode)
             if noise > 0 and rng.random() < noise:
                 return int(rng.integers(info.n))
-            return int(agent.predict(obs[None])[0])
+            return int(action)
 
         return act_discrete
     low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
     half = (high - low) / 2
 
-    def act_box(obs: np.ndarray) -> Any:
-        action = np.asarray(agent.predict(obs[None])[0], np.float64)
+    def act_box(obs: np.ndarray, first: bool) -> Any:
+        action = np.asarray(greedy(obs, first), np.float64)
         if noise > 0:
             action = np.clip(action + rng.normal(0.0, noise, action.shape) * half, low, high)
         return action.astype(space.dtype)
@@ -221,7 +236,8 @@ def collect(
                 obs, _ = collector.reset(seed=seed + i)
                 total, length, done = 0.0, 0, False
                 while not done:
-                    obs, reward, terminated, truncated, _ = collector.step(act(obs))
+                    action = act(obs, length == 0)
+                    obs, reward, terminated, truncated, _ = collector.step(action)
                     total += reward
                     length += 1
                     done = terminated or truncated

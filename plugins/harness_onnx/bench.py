@@ -69,7 +69,7 @@ def bench_case(
 
     ort = importlib.import_module("onnxruntime")
     agent = make_agent(algo, obs_dim, act_dim, options)
-    program = agent.policy_program()
+    program = agent.policy().program()
     assert program is not None
     data = build_model(program, {"algo": algo}).SerializeToString()
     opts = ort.SessionOptions()

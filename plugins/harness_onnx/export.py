@@ -1,7 +1,8 @@
 """``harness export RUN``: a run's greedy policy as a self-contained ONNX file.
 
-The agent describes its greedy policy (``Agent.policy_program``: the layers of the numpy
-copies it acts with, observation standardisation, the output transform); :mod:`.graph` writes
+The agent's policy describes its greedy acting (``Agent.policy().program()``, by default
+``Agent.policy_program``: the layers of the numpy copies it acts with, observation
+standardisation, the output transform); :mod:`.graph` writes
 that description as ONNX. Before the file is written, onnxruntime runs it on probe
 observations (for a recurrent policy, a sequence carrying its state) and its actions must equal
 the numpy evaluation's, the arithmetic ``harness eval`` acts with.
@@ -110,7 +111,7 @@ def checkpoint_source(source: Path, checkpoint: str | None) -> Path:
 def describe(agent: Agent, algo: str) -> PolicyProgram:
     """The agent's :class:`PolicyProgram`, or the refusal naming what can be exported."""
     try:
-        program = agent.policy_program()
+        program = agent.policy().program()
     except IncompatibleError as exc:
         raise IncompatibleError(f"{exc} Exportable: {EXPORTABLE}.") from None
     if program is None:

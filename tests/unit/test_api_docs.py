@@ -23,6 +23,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "api"
 MODULES = [
     "harness.api",
+    "harness.policy",
     "harness.registry",
     "harness.hookspecs",
     "harness.errors",

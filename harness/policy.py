@@ -1,0 +1,164 @@
+"""The thing that acts: :class:`Policy`, beside Model / Algorithm / Agent.
+
+An :class:`~harness.api.Agent` learns; a :class:`Policy` only acts: observations in, actions
+out, with no replay, optimiser or counters of its own. Whatever acts in a run acts through one:
+the serial stepper and a farm actor's stepper (``harness.runtime.EnvStepper``), the
+evaluation loop (``harness eval``, evaluations during training, videos) and whatever exports
+the greedy policy. ``Agent.policy()`` makes it.
+
+Per-env state (a recurrent policy's hidden state, an exploration perturbation held for an
+episode) is explicit and belongs to whoever steps the envs: one numpy array per state key, one
+row per env (:data:`State`). The caller keeps it between calls, passes it in, takes the new one
+back, and resets the rows of envs whose episodes ended with :meth:`Policy.reset`, so the same
+policy can act for any rows of any envs (the policy server's batches) without a word of
+bookkeeping in the policy itself. A policy without per-env state returns ``{}`` and ignores it.
+
+This module is step one of the migration (issue 49): every agent gets a policy through
+:class:`AgentPolicy`, the adapter over the acting hooks :class:`~harness.api.Agent` has had
+(``sample``, ``predict``, ``episodes_ended``, ``predict_episodes_ended``), which keeps such a
+policy's state inside the agent as before. An algorithm moves to a policy of its own by
+overriding ``Agent.policy()``; the acting hooks then stop being called.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from harness.numpy_nets import PolicyProgram
+
+__all__ = ["ActingHooks", "AgentPolicy", "Policy", "State", "as_policy"]
+
+State = dict[str, np.ndarray]
+"""A policy's per-env state: one array per key, its first axis the rows (envs) it acts for."""
+
+
+class Policy(abc.ABC):
+    """Acts for rows of envs: numpy in and out (a device engine's policy: the backend's
+    tensors), per-env state explicit (:data:`State`).
+
+    ``explore`` picks the exploratory policy (training rollouts: a sample, epsilon-greedy,
+    noise; ``extras`` such as ``log_prob`` and ``value`` for the learner) or the greedy one
+    (evaluation, export: no extras). ``rng`` is the caller's generator for exploration
+    (None: the policy's own, what :class:`AgentPolicy` does)."""
+
+    version: int = -1
+    """The weights' version (:meth:`load`); -1 before any were loaded."""
+
+    def initial_state(self, rows: int) -> State:
+        """The state of ``rows`` envs at the start of their episodes (``{}``: no state)."""
+        return {}
+
+    @abc.abstractmethod
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        """Actions for a batch of observations (one row per env), the per-step ``extras``
+        (exploratory acting: what the learner needs back) and the rows' next state. The
+        result for a row depends on that row's observation and state only: acting for any
+        subset of rows gives those rows' actions (``harness.testing.check_algorithm``)."""
+
+    def reset(self, state: State, mask: np.ndarray, *, explore: bool) -> State:
+        """The state after the episodes of the rows in boolean ``mask`` ended (or those rows
+        are new envs): their rows set to :meth:`Policy.initial_state`'s. Called by whoever steps the
+        envs, after the step that ended them and before the next :meth:`act`."""
+        if not state or not np.any(mask):
+            return state
+        fresh = self.initial_state(len(mask))
+        rows = np.asarray(mask, bool)
+        out = {}
+        for key, value in state.items():
+            value = np.array(value, copy=True)
+            value[rows] = fresh[key][rows]
+            out[key] = value
+        return out
+
+    def load(self, weights: Mapping[str, np.ndarray], version: int) -> None:
+        """Act with ``weights`` (what ``Agent.weights()`` gives) from now on, as version
+        ``version`` (a farm actor, each broadcast)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load weights")
+
+    def program(self) -> PolicyProgram | None:
+        """The greedy policy as data for ``harness export`` (``Agent.policy_program``'s
+        contract), or None when it cannot be exported."""
+        return None
+
+
+class ActingHooks(Protocol):
+    """What :class:`AgentPolicy` calls: an agent's acting hooks (or the central-inference
+    client's, which has only the exploratory half)."""
+
+    def sample(self, obs: Any) -> tuple[Any, Mapping[str, np.ndarray]]:
+        """Exploratory actions for a batch and their extras (``Agent.sample``)."""
+        ...
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        """The episodes of the rows in ``mask`` ended (``Agent.episodes_ended``)."""
+        ...
+
+
+class AgentPolicy(Policy):
+    """The policy of an agent that acts through its own hooks, today's ``Agent`` API:
+    ``sample`` / ``episodes_ended`` when exploring, ``predict`` / ``predict_episodes_ended``
+    when greedy, ``set_weights`` to load and ``policy_program`` to export. Per-env state stays
+    inside the agent (the ``state`` passed in and out is ``{}``), and the exploration RNG is
+    the agent's own (``rng`` is ignored): the same calls in the same order as before, so a run
+    acts exactly as it did. ``hooks`` may be any object with ``sample`` and
+    ``episodes_ended`` (a farm actor's central-inference client)."""
+
+    def __init__(self, hooks: ActingHooks) -> None:
+        self.hooks = hooks
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if explore:
+            actions, extras = self.hooks.sample(obs)
+            return actions, cast(dict[str, np.ndarray], extras), state  # (not copied)
+        return self.hooks.predict(obs), {}, state  # type: ignore[attr-defined]
+
+    def reset(self, state: State, mask: np.ndarray, *, explore: bool) -> State:
+        if explore:
+            self.hooks.episodes_ended(mask)
+        else:
+            ended = getattr(self.hooks, "predict_episodes_ended", None)  # (agents only)
+            if ended is not None:
+                ended(mask)
+        return state
+
+    def load(self, weights: Mapping[str, np.ndarray], version: int) -> None:
+        self.hooks.set_weights(weights)  # type: ignore[attr-defined]
+        self.version = version
+
+    def program(self) -> PolicyProgram | None:
+        program: PolicyProgram | None = self.hooks.policy_program()  # type: ignore[attr-defined]
+        return program
+
+
+def as_policy(actor: object) -> Policy:
+    """``actor`` as a :class:`Policy`: a policy itself, an agent's ``policy()``, or else an
+    object with the old acting hooks (``sample`` / ``episodes_ended`` to explore, ``predict``
+    and the optional ``predict_episodes_ended`` to act greedily) wrapped in
+    :class:`AgentPolicy`."""
+    if isinstance(actor, Policy):
+        return actor
+    make = getattr(actor, "policy", None)
+    if callable(make):
+        policy = make()
+        if isinstance(policy, Policy):
+            return policy
+    return AgentPolicy(cast(ActingHooks, actor))

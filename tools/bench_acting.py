@@ -1,0 +1,115 @@
+"""What acting costs: CPU seconds per env step of a 2-actor farm, before and after a change.
+
+Each measurement is one ``harness run`` of the cartpole pack in a fresh process with
+``run.actors = 2`` and a fixed step budget (no evaluations, no checkpoints, no early stop):
+CPU time of the whole process tree (the learner, its launcher and the actors, through
+``RUSAGE_CHILDREN`` once everything is reaped) divided by the env steps trained, and the
+wall-clock. CartPole steps in microseconds, so the figure is the harness's own cost per step:
+acting, stepping bookkeeping, rollout transfer and learning. Configurations:
+
+- ``ppo``: PPO with its MLP policy (the pack's recipe);
+- ``ppo-lstm``: the same with ``algo.recurrent = "lstm"`` (per-env state);
+- ``dqn``: DQN (epsilon-greedy, replay, one update per step).
+
+``--trees A,B`` runs each configuration on the working trees A and B (each put first on
+PYTHONPATH with its ``plugins``), alternating A B B A ... for ``--rounds`` rounds, and prints
+the medians and the ratio B / A::
+
+    git worktree add -f /tmp/before HEAD~3
+    .venv/bin/python tools/bench_acting.py --trees /tmp/before,. --rounds 3
+
+The run's plugins come from the installed entry points, which name modules, so the tree first
+on PYTHONPATH provides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import cpus_and_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+CONFIGS = {
+    "ppo": ["algo=ppo"],
+    "ppo-lstm": ["algo=ppo", "algo.recurrent='lstm'", "algo.rnn_hidden=64"],
+    "dqn": ["algo=dqn"],
+}
+
+
+def measure(tree: Path, config: str, steps: int) -> dict[str, float]:
+    """One run of ``config`` on ``tree``: CPU seconds (whole tree) and wall seconds."""
+    settings = [
+        *CONFIGS[config],
+        "run.actors=2",
+        f"run.total_steps={steps}",
+        "run.eval_every=0",
+        "run.checkpoint_every=0",
+        "run.stop_at_return=0",
+        "run.progress=false",
+        "run.trackers=['csv']",
+        "run.seed=1",
+    ]
+    env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'plugins'}", PYTHONWARNINGS="ignore")
+    with tempfile.TemporaryDirectory() as out:
+        env["HARNESS_STATE_DIR"] = str(Path(out) / "state")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        cmd = [sys.executable, "-m", "harness.cli", "run", str(REPO / "competitions" / "cartpole")]
+        cmd += ["--out", out, *(f"--set={s}" for s in settings)]
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            raise SystemExit(f"{config} on {tree} failed:\n{proc.stderr[-3000:]}")
+        (run_dir,) = [p for p in Path(out).iterdir() if p.is_dir() and p.name != "state"]
+        summary = json.loads((run_dir / "summary.json").read_text())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    trained = float(summary["steps"])
+    return {"cpu_us_per_step": 1e6 * cpu / trained, "wall_s": wall, "steps": trained}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trees", default=".", help="comma-separated working trees (A,B)")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--steps", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    configs = args.configs.split(",")
+    print(f"# {cpus_and_model()}; {args.steps} steps per run, {args.rounds} rounds")
+    results: dict[tuple[str, Path], list[dict[str, float]]] = {}
+    for r in range(args.rounds):
+        order = trees if r % 2 == 0 else trees[::-1]  # A B, B A, ...: drift hits both alike
+        for config in configs:
+            for tree in order:
+                m = measure(tree, config, args.steps)
+                results.setdefault((config, tree), []).append(m)
+                print(
+                    f"round {r + 1} {config:9s} {tree}: {m['cpu_us_per_step']:.1f} us CPU "
+                    f"per step, {m['wall_s']:.1f} s wall",
+                    flush=True,
+                )
+    print("| config | " + " | ".join(f"CPU us/step {t.name}" for t in trees) + " | ratio |")
+    print("| --- |" + " --- |" * (len(trees) + 1))
+    for config in configs:
+        medians = [
+            statistics.median(m["cpu_us_per_step"] for m in results[config, t]) for t in trees
+        ]
+        ratio = medians[-1] / medians[0]
+        cells = " | ".join(f"{m:.1f}" for m in medians)
+        print(f"| {config} | {cells} | {ratio:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
