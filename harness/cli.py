@@ -31,9 +31,10 @@ from harness.commands import (
 # re-exported for plugins written before harness.commands (which imported them from here)
 from harness.commands import pack_file as pack_file
 from harness.commands import plugins_for as plugins_for
-from harness.config import RunConfig, describe, layer, resolve
+from harness.config import Config, RunConfig, describe, layer, resolve
 from harness.errors import ConfigError, HarnessError, missing_extra
-from harness.registry import KINDS
+from harness.plugins import HarnessPluginManager
+from harness.registry import KINDS, EvalProtocol, Registry
 from harness.version import __version__
 
 log = logging.getLogger("harness")
@@ -43,18 +44,30 @@ EXIT_TERMINATED = 128 + 15
 """``harness run`` stopped by SIGTERM (after a checkpoint): the shell's code for that signal."""
 
 
-CORE_COMMANDS = ("run", "eval", "plugins", "cluster", "checkpoint")
+CORE_COMMANDS = ("run", "eval", "plugins", "checkpoint")
+
+PLUGIN_COMMANDS: Mapping[str, tuple[str, str | None]] = {
+    "cluster": ("zmq", "zmq"),
+    "collect": ("offline", "offline"),
+    "export": ("onnx", "onnx"),
+    "report": ("report", None),
+    "tune": ("optuna", "tune"),
+}
+"""First-party plugins' commands -> (plugin, extra): where one is missing (its plugin blocked,
+broken or not installed) the error names what brings it back, not argparse's 'invalid
+choice'. The commands themselves are the plugins' ``CommandSpec`` records."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, sub, common = _parser()
-    if _wants_plugin_commands(argv):
-        _add_plugin_commands(sub, common, argv)
+    pm = _add_plugin_commands(sub, common, argv) if _wants_plugin_commands(argv) else None
+    missing = _missing_plugin_command(_command_word(argv), sub.choices, pm)
+    if missing is not None:
+        print(f"harness: error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     args, extra = parser.parse_known_args(argv)
-    if args.command == "cluster":  # the transport parses its own arguments
-        args.rest = [*extra, *args.rest]
-    elif extra:
+    if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.plugins = [*args.plugins_top, *getattr(args, "plugins", [])]
     args.argv = argv  # (harness eval records the command that reproduces it)
@@ -160,10 +173,9 @@ def _common(top: bool) -> argparse.ArgumentParser:
     return common
 
 
-def _wants_plugin_commands(argv: Sequence[str]) -> bool:
-    """Whether argv names no core command (a plugin's, or none: ``--help`` lists them all);
-    only then are plugins loaded before parsing."""
-    command = next(
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (its first word that is neither an option nor a -p value)."""
+    return next(
         (
             a
             for i, a in enumerate(argv)
@@ -171,20 +183,49 @@ def _wants_plugin_commands(argv: Sequence[str]) -> bool:
         ),
         None,
     )
+
+
+def _wants_plugin_commands(argv: Sequence[str]) -> bool:
+    """Whether argv names no core command (a plugin's, or none: ``--help`` lists them all);
+    only then are plugins loaded before parsing."""
+    command = _command_word(argv)
     if command in CORE_COMMANDS:
         return False
     return command is not None or any(a in ("-h", "--help") for a in argv)
 
 
-def _add_plugin_commands(sub: Any, common: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+def _missing_plugin_command(
+    command: str | None, known: Mapping[str, Any], pm: HarnessPluginManager | None
+) -> str | None:
+    """The error for a first-party plugin's command that no loaded plugin registers
+    (:data:`PLUGIN_COMMANDS`), naming the plugin and its extra; None otherwise."""
+    if command is None or command in known or command not in PLUGIN_COMMANDS:
+        return None
+    plugin, extra = PLUGIN_COMMANDS[command]
+    install = f" (pip install 'harness[{extra}]')" if extra else ""
+    if pm is not None and plugin in pm.blocked_names:
+        why = f"it is blocked here (-p no:{plugin}): drop that flag"
+    elif pm is not None and plugin in pm.broken:
+        why = f"it failed to load ({pm.broken[plugin]}): `harness plugins` lists why"
+    else:
+        why = (
+            f"it is not loaded: install it, or with HARNESS_DISABLE_PLUGIN_AUTOLOAD=1 load it "
+            f"with -p {plugin}"
+        )
+    return f"harness {command} is the {plugin!r} plugin's command{install}, and {why}."
+
+
+def _add_plugin_commands(
+    sub: Any, common: argparse.ArgumentParser, argv: Sequence[str]
+) -> HarnessPluginManager | None:
     """Subcommands registered by plugins (``harness_register_commands``), with the -p flags
-    given so far."""
+    given so far; the plugin manager they came from (None when plugins could not load)."""
     flags = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-p"]
     try:
-        _, registry = _load_plugins(*_plugin_flags(flags))
+        pm, registry = _load_plugins(*_plugin_flags(flags))
     except HarnessError as exc:
         log.debug("plugin commands unavailable: %s", exc)
-        return
+        return None
     for name, spec in registry.commands.items():
         if name in CORE_COMMANDS:
             continue
@@ -197,6 +238,7 @@ def _add_plugin_commands(sub: Any, common: argparse.ArgumentParser, argv: Sequen
         )
         spec.add_arguments(cmd)
         cmd.set_defaults(func=spec.run)
+    return pm
 
 
 def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
@@ -273,15 +315,16 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
         "--round",
         type=int,
         metavar="N",
-        help="competition envs: the official protocol of round N (sets env.round = N and the "
-        "round's own episode length, env.time_limit unset)",
+        help="deprecated (to be removed in the next release): the same as --protocol roundN",
     )
     ev.add_argument(
         "--protocol",
         metavar="NAME",
-        help="a competition's evaluation protocol for the run's env (e.g. 'official': a "
-        "MyoChallenge's phase-2 settings and episode count), on the challenge's own task "
-        "whatever the run's curriculum reached; prints the challenge's score",
+        help="a competition's evaluation protocol for the run's env, as its env family "
+        "declares them (e.g. 'official': a MyoChallenge's phase-2 settings and episode count; "
+        "'round2': an OpenSim competition's round 2 rules and episode length), on the "
+        "challenge's own task whatever the run's curriculum reached; prints the challenge's "
+        "score",
     )
     ev.add_argument(
         "--video",
@@ -319,16 +362,6 @@ def _parser() -> tuple[argparse.ArgumentParser, Any, argparse.ArgumentParser]:
 
     pl = sub.add_parser("plugins", parents=[common], help="list plugins and what they register")
     pl.set_defaults(func=cmd_plugins)
-
-    cl = sub.add_parser(
-        "cluster",
-        parents=[common],
-        add_help=False,
-        help="start, join, inspect or stop a distributed cluster ('harness cluster --help')",
-    )
-    cl.add_argument("--transport", default="zmq", help="transport plugin (default: zmq)")
-    cl.add_argument("rest", nargs=argparse.REMAINDER)
-    cl.set_defaults(func=cmd_cluster)
     return parser, sub, common
 
 
@@ -398,17 +431,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cluster(args: argparse.Namespace) -> int:
-    _, registry = _load_plugins(*_plugin_flags(args.plugins))
-    spec = registry.transports.get(args.transport)
-    if spec.cluster is None:
-        raise HarnessError(
-            f"transport {spec.name!r} has no cluster commands; clusters come with the 'zmq' "
-            f"transport (pip install 'harness[zmq]')."
-        )
-    return spec.cluster(list(args.rest))
-
-
 def _toml_literal(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
@@ -424,29 +446,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _evaluate_checkpoint(args: argparse.Namespace) -> int:
     from harness.rundir import check_checkpoint_files
-    from harness.runtime.run import evaluate, load_agent
+    from harness.runtime import evaluate, load_agent
 
     _check_eval_flags(args)
     _pm, registry = _load_plugins(*_plugin_flags(args.plugins))
-    extra = None
-    if args.round is not None:
-        extra = ({"env": {"round": args.round, "time_limit": None}}, f"--round {args.round}")
-    source = Path(args.checkpoint)
-    config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
-    protocol = None
-    if args.protocol is not None:
-        if args.round is not None:
-            raise ConfigError("harness eval: give --round or --protocol, not both.")
-        protocol = registry.protocol(config.run.env, args.protocol)
-        layer_ = protocol.config_layer(config.env)
-        reset = sorted(set(layer_["env"]) - set(protocol.env_options))
-        if reset:
-            print(
-                f"--protocol {args.protocol} evaluates the challenge's own task: the run's "
-                f"[env] {', '.join(reset)} set back"
-            )
-        extra = (layer_, f"--protocol {args.protocol}")
-        config, ckpt = checkpoint_config(source, args.overrides, registry, extra=extra)
+    config, ckpt, protocol = _eval_config(args, registry)
     default = protocol.episodes if protocol is not None else 3 if args.video else 20
     episodes = args.episodes or default
     check_checkpoint_files(ckpt)
@@ -491,6 +495,40 @@ def _evaluate_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_config(
+    args: argparse.Namespace, registry: Registry
+) -> tuple[Config, Path, EvalProtocol | None]:
+    """The config ``harness eval`` evaluates with, its checkpoint and its protocol (None: the
+    run's own env). ``--round N`` is the deprecated spelling of ``--protocol roundN`` (the
+    OpenSim competitions' protocols, which their env plugin declares): the same protocol, one
+    warning line once it is found."""
+    name, flag = args.protocol, f"--protocol {args.protocol}"
+    if args.round is not None:
+        if args.protocol is not None:
+            raise ConfigError("harness eval: give --round or --protocol, not both.")
+        name, flag = f"round{args.round}", f"--round {args.round}"
+    source = Path(args.checkpoint)
+    config, ckpt = checkpoint_config(source, args.overrides, registry)
+    if name is None:
+        return config, ckpt, None
+    protocol = registry.protocol(config.run.env, name, flag)
+    if args.round is not None:
+        print(
+            f"harness: warning: --round is deprecated and will be removed in the next release; "
+            f"use --protocol {name} (the same evaluation).",
+            file=sys.stderr,
+        )
+    layer_ = protocol.config_layer(config.env)
+    reset = sorted(set(layer_["env"]) - set(protocol.env_options))
+    if reset:
+        print(
+            f"{flag} evaluates the challenge's own task: the run's [env] {', '.join(reset)} "
+            f"set back"
+        )
+    config, ckpt = checkpoint_config(source, args.overrides, registry, extra=(layer_, flag))
+    return config, ckpt, protocol
+
+
 def _check_eval_flags(args: argparse.Namespace) -> None:
     """Refuse bad ``harness eval`` numbers before anything is loaded."""
     if args.episodes is not None and args.episodes < 1:
@@ -523,7 +561,7 @@ def _filmed_evaluation(
 ) -> tuple[Any, Any]:
     """``evaluate`` on one rendering env with every episode filmed into ``base``.mp4 (+ .gif,
     -filmstrip.png); returns the files and the evaluation."""
-    from harness.runtime.run import evaluate
+    from harness.runtime import evaluate
     from harness.video import EpisodeRecorder
 
     try:

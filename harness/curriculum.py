@@ -2,36 +2,86 @@
 
 An env family that offers a curriculum gives its ``[env]`` dataclass four fields
 (``curriculum``, ``curriculum_metric``, ``curriculum_thresholds``, ``curriculum_stage``; see
-``harness_osim``'s and ``harness_myo``'s configs for their docs) and calls two functions from its
-hooks:
+``harness_osim``'s and ``harness_myo``'s configs for their docs) and declares it once, in its
+record: ``EnvSpec(..., curriculum=CurriculumSpec(merge=...))``. The core does the rest, for every
+env whose family declares one (no hook of the family's own):
 
-* :func:`apply_stage` from ``harness_configure``: checks the stages and sets the current
-  stage's options before any env is built (a resumed run starts at its saved stage);
-* :func:`advance` from ``harness_iteration_end``: when the window mean of the metric (as logged,
-  ``charts/NAME``, on an iteration that logs its window) reaches the current stage's threshold,
-  the next stage's options go to every env through ``Run.update_env`` (here, in every farm
-  actor, in evaluation and replacement envs); the env family's ``configure`` applies them at
-  each env's next episode.
+* :func:`configure` at build time, right after the ``harness_configure`` hooks, runs
+  :func:`apply_stage`: checks the stages and sets the current stage's options before any env is
+  built (a resumed run starts at its saved stage);
+* :func:`iteration_end` after each iteration, right before the ``harness_iteration_end`` hooks,
+  runs :func:`advance`: when the window mean of the metric (as logged, ``charts/NAME``, on an
+  iteration that logs its window) reaches the current stage's threshold, the next stage's
+  options go to every env through ``Run.update_env`` (here, in every farm actor, in evaluation
+  and replacement envs); the env family's ``configure`` applies them at each env's next episode.
 
-``merge`` names options whose values are tables merged key by key into the current value instead
-of replacing it (MyoSuite's constructor ``kwargs``: a stage changes the goal ranges and keeps the
-reward weights).
+:attr:`CurriculumSpec.merge` names options whose values are tables merged key by key into the
+current value instead of replacing it (MyoSuite's constructor ``kwargs``: a stage changes the
+goal ranges and keeps the reward weights).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TYPE_CHECKING, Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, PluginError
 from harness.hookspecs import LOGGED_WINDOW as LOGGED
+
+if TYPE_CHECKING:
+    from harness.registry import Registry
 
 log = logging.getLogger(__name__)
 
 FIELDS = ("curriculum", "curriculum_metric", "curriculum_thresholds", "curriculum_stage")
 """The ``[env]`` fields a family with a curriculum declares."""
+
+
+@dataclass(frozen=True)
+class CurriculumSpec:
+    """An env family's curriculum, declared in its record (``EnvSpec.curriculum``): the core
+    applies the current stage at build time and advances it after iterations (see the module
+    docstring). The family's ``[env]`` dataclass has the :data:`FIELDS`."""
+
+    merge: tuple[str, ...] = ()
+    """``[env]`` options whose values are tables a stage merges key by key into the current
+    value instead of replacing it (harness_myo: ``("kwargs",)``)."""
+
+
+def declared(registry: Registry, env_id: str) -> CurriculumSpec | None:
+    """The curriculum the env family of ``env_id`` declares (``EnvSpec.curriculum``), or None;
+    a :class:`harness.errors.PluginError` naming the plugin when its ``[env]`` dataclass lacks
+    the :data:`FIELDS`."""
+    spec = registry.env_for(env_id)
+    if spec.curriculum is None:
+        return None
+    names = {f.name for f in fields(spec.config_cls)} if is_dataclass(spec.config_cls) else set()
+    missing = [name for name in FIELDS if name not in names]
+    if missing:
+        raise PluginError(
+            f"env family {spec.name!r} of plugin {spec.plugin or '?'!r} declares a curriculum, "
+            f"but its [env] dataclass has no {', '.join(missing)}; add those fields "
+            f"(harness.curriculum.FIELDS) or drop EnvSpec.curriculum."
+        )
+    return spec.curriculum
+
+
+def configure(config: Any, registry: Registry) -> None:
+    """At build time, after the ``harness_configure`` hooks: :func:`apply_stage` for an env
+    whose family declares a curriculum."""
+    curriculum = declared(registry, config.run.env)
+    if curriculum is not None:
+        apply_stage(config, curriculum.merge)
+
+
+def iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
+    """After an iteration, before the ``harness_iteration_end`` hooks: :func:`advance` for an
+    env whose family declares a curriculum."""
+    curriculum = declared(run.registry, run.config.run.env)
+    if curriculum is not None:
+        advance(run, metrics, curriculum.merge)
 
 
 def check(options: Any) -> None:
@@ -71,7 +121,7 @@ def stage_changes(options: Any, stage: int, merge: Collection[str] = ()) -> dict
 
 
 def apply_stage(config: Any, merge: Collection[str] = ()) -> None:
-    """Before the envs are built (``harness_configure``): check the curriculum and set the
+    """Before the envs are built (:func:`configure`): check the curriculum and set the
     current stage's options on ``config.env``. A ``--set`` of an option the stage also sets is
     refused (the stage would silently win)."""
     options = config.env
@@ -91,7 +141,7 @@ def apply_stage(config: Any, merge: Collection[str] = ()) -> None:
 
 
 def advance(run: Any, metrics: Mapping[str, float], merge: Collection[str] = ()) -> None:
-    """After an iteration (``harness_iteration_end``): go to the next stage when the logged
+    """After an iteration (:func:`iteration_end`): go to the next stage when the logged
     window mean of the curriculum's metric reaches the current stage's threshold.
 
     Only iterations that log (``charts/episodes`` is in their metrics: every ``run.log_every``

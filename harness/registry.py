@@ -8,11 +8,13 @@ environment happens only when a run actually selects that component.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from harness.curriculum import CurriculumSpec
 from harness.errors import ConfigError, PluginError, did_you_mean
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,11 @@ class EnvSpec:
     other family declined. A specific family whose ids also land in gymnasium's registry once
     its package is imported (MyoSuite's) then keeps them, whatever the process imported
     before."""
+    curriculum: CurriculumSpec | None = None
+    """The family's curriculum (:class:`harness.curriculum.CurriculumSpec`): its ``[env]``
+    dataclass has the curriculum fields, and the core applies the current stage before any env
+    is built and advances it after iterations, for every env of the family. None: no
+    curriculum."""
     plugin: str = ""
     """The entry-point name of the plugin that registered it; harness fills it in (leave it
     empty), and error messages name it."""
@@ -179,8 +186,8 @@ class BackendSpec:
 @dataclass(frozen=True)
 class TransportSpec:
     """A distribution transport (ZeroMQ farm, Ray): ``connect(address, **options)`` returns a
-    :class:`harness.remote.Client`. ``cluster(argv) -> exit code``, when given, implements
-    ``harness cluster ...`` for this transport (it parses ``argv`` itself)."""
+    :class:`harness.remote.Client`. Commands of a transport (``harness cluster ...`` of
+    harness_zmq) are :class:`CommandSpec` records like any plugin's."""
 
     name: str
     """What ``harness.connect(transport=...)`` and ``[run] transport`` name."""
@@ -193,7 +200,20 @@ class TransportSpec:
     """The entry-point name of the plugin that registered it; harness fills it in (leave it
     empty), and error messages name it."""
     cluster: Callable[[Sequence[str]], int] | None = None
-    """``cluster(argv) -> exit code`` for ``harness cluster ...``, or None."""
+    """Deprecated, ignored (to be removed in the next release): ``harness cluster`` is no
+    longer a core command dispatching to a transport; register the command with
+    ``harness_register_commands`` (a :class:`CommandSpec`, as harness_zmq does). Setting it
+    warns (DeprecationWarning)."""
+
+    def __post_init__(self) -> None:
+        if self.cluster is not None:
+            warnings.warn(
+                f"TransportSpec({self.name!r}, cluster=...) is deprecated and ignored: register "
+                f"the command with harness_register_commands as a CommandSpec (harness_zmq "
+                f"registers 'cluster' that way).",
+                DeprecationWarning,
+                stacklevel=3,
+            )
 
 
 @dataclass(frozen=True)
@@ -387,22 +407,24 @@ class Registry:
     commands: Table[CommandSpec] = field(default_factory=lambda: Table("command"))
     """From ``harness_register_commands``."""
 
-    def protocol(self, env_id: str, name: str) -> EvalProtocol:
+    def protocol(self, env_id: str, name: str, flag: str | None = None) -> EvalProtocol:
         """The evaluation protocol ``name`` of ``env_id`` (its env family's
-        :attr:`EnvSpec.protocols`); a clear error naming the ones there are."""
+        :attr:`EnvSpec.protocols`); a clear error naming the ones there are. ``flag`` is the
+        option as the user gave it, for that error (default ``--protocol NAME``)."""
+        flag = flag or f"--protocol {name}"
         spec = self.env_for(env_id)
         found = dict(spec.protocols(env_id)) if spec.protocols is not None else {}
         if name in found:
             return found[name]
         if not found:
             raise ConfigError(
-                f"--protocol {name}: the env {env_id!r} has no evaluation protocols (env "
-                f"family {spec.name!r}); they come with competition envs (e.g. MyoChallenge "
-                f"ids such as myoChallengeDieReorientP1-v0). Drop --protocol to evaluate on "
-                f"the run's env."
+                f"{flag}: the env {env_id!r} has no evaluation protocols (env family "
+                f"{spec.name!r}); they come with competition envs (e.g. MyoChallenge ids such "
+                f"as myoChallengeDieReorientP1-v0, or Prosthetics-v0 and L2M2019-v0). Drop "
+                f"{flag.split()[0]} to evaluate on the run's env."
             )
         raise ConfigError(
-            f"--protocol {name}: {env_id!r} has the protocols {', '.join(sorted(found))}."
+            f"{flag}: {env_id!r} has the protocols {', '.join(sorted(found))}."
             f"{did_you_mean(name, found)}"
         )
 

@@ -104,8 +104,8 @@ def _loop(args: argparse.Namespace, act: bool, ready: Any, go: Any, start: Any, 
     when ``act``; counts the agent steps that finish inside the common window."""
     import numpy as np
 
+    from harness.runtime import make_agent, make_envs
     from harness.runtime.farm import acting_config
-    from harness.runtime.run import make_agent, make_envs
     from harness.runtime.spaces import env_info
 
     config, registry = build_config(args, tempfile.gettempdir())
@@ -288,8 +288,8 @@ def forward_per_obs(args: argparse.Namespace, batch: int) -> float:
 
     import numpy as np
 
+    from harness.runtime import make_agent, make_envs
     from harness.runtime.farm import acting_config
-    from harness.runtime.run import make_agent, make_envs
     from harness.runtime.spaces import env_info
 
     config, registry = build_config(args, tempfile.gettempdir())

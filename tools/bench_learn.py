@@ -70,7 +70,8 @@ HPARAMS: dict[str, Any] = {**benchlib.ZOO_CARTPOLE_PPO, "hidden": [64, 64], "act
 
 def child_harness(spec: benchlib.RunSpec, trackers: bool, keep: bool) -> dict[str, Any]:
     """The pack as shipped (``trackers`` off: ``run.trackers=[]``), with the runner's
-    evaluation, checkpoint and plot calls timed."""
+    evaluation and checkpoint calls timed (the learning curve is a run-end hookimpl now,
+    harness.builtin's, outside ``harness.runtime.run``)."""
 
     def make_config(registry: Any, run: list[str]) -> Any:
         from harness.config import layer, resolve
@@ -80,7 +81,7 @@ def child_harness(spec: benchlib.RunSpec, trackers: bool, keep: bool) -> dict[st
         check_pack(config)
         return config
 
-    timed = {"evaluate": "eval_s", "_checkpoint": "ckpt_s", "_plot": "plot_s"}
+    timed = {"evaluate": "eval_s", "_checkpoint": "ckpt_s"}
     return benchlib.harness_child(make_config, spec, prefix="bench_learn_", timed=timed, keep=keep)
 
 

@@ -75,7 +75,7 @@ def trained(env_id: str, steps: int, out: Path) -> Path:
 def bench(env_id: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     from harness import video
     from harness.commands import _load_plugins, checkpoint_config
-    from harness.runtime.run import evaluate, load_agent
+    from harness.runtime import evaluate, load_agent
     from harness.video import EpisodeRecorder
 
     real_pipe = video.FfmpegPipe

@@ -4,7 +4,7 @@ run is compared with in docs/competitions.md.
 
     python tools/osim_reference_scores.py --pack competitions/prosthetics --round 2 --episodes 10
 
-Uses the same evaluation as ``harness eval RUN_DIR --round N`` (harness.runtime.run.evaluate
+Uses the same evaluation as ``harness eval RUN_DIR --protocol roundN`` (harness.runtime.run.evaluate
 on the pack's envs with the round's own episode length), so the numbers are comparable with a
 trained run's; prints one JSON line per policy.
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate
+from harness.runtime import evaluate
 
 
 class FixedPolicy:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import curriculum
 from harness.api import Agent, EnvInfo
 from harness.checkpoint import latest_checkpoint, read_meta
 from harness.config import Config, RunConfig, write_resolved
@@ -39,7 +40,7 @@ from harness.rundir import (
     estimate_checkpoint_bytes,
     lock_run_dir,
 )
-from harness.runtime.inference import check_inference_agent, check_inference_config
+from harness.runtime.inference import ActingPlan, plan_acting
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
 from harness.tracking import MetricsRouter, Tracker
@@ -268,7 +269,6 @@ def check_replay_memory(config: Config, info: EnvInfo, available_mb: float | Non
 def _check_farm(config: Config) -> None:
     """Refuse an actor count the run cannot start (before any env, buffer or process)."""
     run = config.run
-    check_inference_config(config)
     if run.actors <= 0:
         return
     if run.actors > run.num_envs:
@@ -468,6 +468,7 @@ def build_run(
     (:attr:`Run.lock`); a resume takes the lock first, then reads and checks everything it
     loads (checkpoint, runner state, agent) before it writes a byte."""
     pm.hook.harness_configure(config=config)
+    curriculum.configure(config, registry)  # (a curriculum its env family declares)
     check_backend_supported(registry, config.run.algo, config.run.backend)  # before any file
     lock = lock_run_dir(resume, "harness run --resume") if resume is not None else None
     try:
@@ -495,7 +496,7 @@ def _build_run(
     _check_farm(config)
     where = Path(resume) if resume is not None else Path(config.run.out)
     check_writable_dir(where, "--resume" if resume is not None else "run.out (--out)")
-    envs, agent, info = _make_agent_and_envs(config, registry)
+    envs, agent, info, acting = _make_agent_and_envs(config, registry)
     try:
         # every load before the first write: a checkpoint that cannot be read leaves the run
         # directory as it was
@@ -523,7 +524,9 @@ def _build_run(
         )
         start = int(state["step"]) if ckpt is not None else 0
         router = make_trackers(config, registry, run_dir, start)
-        run = Run(config, registry, pm, run_dir, agent, envs, info, router, lock=lock)
+        run = Run(
+            config, registry, pm, run_dir, agent, envs, info, router, acting=acting, lock=lock
+        )
         if ckpt is not None:
             restore_runner_state(run, state)
             log.info("resumed %s from %s at step %d", run_dir, ckpt.name, run.step)
@@ -536,9 +539,12 @@ def _build_run(
     return run
 
 
-def _make_agent_and_envs(config: Config, registry: Registry) -> tuple[Any, Agent, EnvInfo]:
-    """The run's envs (with remote actors, one local env that describes the spaces) and a
-    fresh agent for them, refused before anything is allocated where it cannot fit."""
+def _make_agent_and_envs(
+    config: Config, registry: Registry
+) -> tuple[Any, Agent, EnvInfo, ActingPlan]:
+    """The run's envs (with remote actors, one local env that describes the spaces), a fresh
+    agent for them, refused before anything is allocated where it cannot fit, and where it
+    acts (:func:`~harness.runtime.inference.plan_acting`: ``run.inference`` decided once)."""
     farm = config.run.actors > 0
     envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
     try:
@@ -554,8 +560,8 @@ def _make_agent_and_envs(config: Config, registry: Registry) -> tuple[Any, Agent
                 f"memory ({exc}). Lower the sizes in [algo] (a replay buffer_size, network "
                 f"widths) or run.num_envs."
             ) from None
-        check_inference_agent(config, agent)
-        if getattr(agent, "offline", False):  # learns from a dataset: check it before training
+        acting = plan_acting(config, agent)
+        if agent.offline:  # learns from a dataset: check it before training
             if farm:
                 raise ConfigError(
                     f"Algorithm {config.run.algo!r} learns offline from a dataset and steps no "
@@ -566,7 +572,7 @@ def _make_agent_and_envs(config: Config, registry: Registry) -> tuple[Any, Agent
     except BaseException:
         envs.close()
         raise
-    return envs, agent, info
+    return envs, agent, info, acting
 
 
 def restore_checkpoint(agent: Agent, ckpt: Path, *, with_data: bool = True) -> None:

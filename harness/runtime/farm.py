@@ -25,10 +25,11 @@ actor order, so the agent sees exactly the layout a serial run with ``num_envs``
   any time (backpressure: a slow learner slows the actors, never grows memory).
 - An actor that dies (``ActorLost``) is replaced, given the current weights and asked again;
   chunks are atomic, so a transition is observed exactly once or (if it never arrived) never.
-- ``run.inference = "central"`` (or ``"auto"``'s choice): the actors hold no policy; a policy
-  server in this process acts for all of them in batches (``harness.runtime.inference``). The
-  weights then go to the server by version instead of with the rollout requests; everything
-  above holds as it is.
+- ``run.inference = "central"`` (or ``"auto"``'s choice, both decided at build time into the
+  run's ``ActingPlan``, ``Run.acting``, which the farm reads): the actors hold no policy; a
+  policy server in this process acts for all of them in batches
+  (``harness.runtime.inference``). The weights then go to the server by version instead of
+  with the rollout requests; everything above holds as it is.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import logging
 import os
 import socket
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -61,15 +63,9 @@ from harness.remote import (
     completions,
     qualified_name,
 )
-from harness.runtime.build import (
-    ACTOR_MEMORY_MB,
-    available_memory_mb,
-    check_actor_capacity,
-    make_agent,
-    make_envs,
-)
+from harness.runtime.build import make_agent, make_envs
 from harness.runtime.collectors import Collector
-from harness.runtime.inference import InferenceLink, PolicyServer, choose_central
+from harness.runtime.inference import InferenceLink, PolicyServer
 from harness.runtime.spaces import env_info
 from harness.runtime.stepper import (
     STEP_FIELDS,
@@ -85,20 +81,35 @@ if TYPE_CHECKING:
     from harness.runtime.state import Run
 
 __all__ = [
-    "ACTOR_MEMORY_MB",
     "MAX_RESTARTS_PER_ACTOR",
     "FarmCollector",
     "RolloutActor",
     "acting_config",
-    "available_memory_mb",
-    "check_actor_capacity",
     "preload_modules",
     "server_config",
 ]
-# (the memory check moved to harness.runtime.build with the other checks made before a run
-# starts; its names stay importable from here)
 
 log = logging.getLogger(__name__)
+
+_MOVED = ("ACTOR_MEMORY_MB", "available_memory_mb", "check_actor_capacity")
+"""Names of the memory check, which moved to ``harness.runtime.build`` with the other checks
+made before a run starts."""
+
+
+def __getattr__(name: str) -> Any:
+    """The memory check's old paths (``harness.runtime.farm.ACTOR_MEMORY_MB``, ...): they still
+    work for one release, with a DeprecationWarning naming the new import."""
+    if name in _MOVED:
+        warnings.warn(
+            f"harness.runtime.farm.{name} is deprecated: import {name} from harness.runtime.build",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from harness.runtime import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MAX_RESTARTS_PER_ACTOR = 1000
 """A run whose actor keeps dying more often than this stops with an error (a crash loop)."""
@@ -314,16 +325,18 @@ class FarmCollector(Collector):
         """With central inference for remote actors: the transport's relay into the server."""
         self._link: Any = None
         """What every actor is given to attach to the policy server (None: acts itself)."""
-        central, why = choose_central(run.config, run.agent)
+        plan = self.acting = run.acting
+        """Where the actions are computed: the run's plan (decided at build time)."""
         try:
-            if central:
+            if plan.central:
                 self.server = PolicyServer(
                     lambda: self._acting_agent(run),
                     [s.num_envs for s in self.slots],
-                    wait_s=cfg.inference_wait_ms / 1000,
+                    by_rows=plan.by_rows,
+                    wait_s=plan.wait_s,
                 )
                 self._link = self.server.link
-                if cfg.cluster:
+                if plan.relay:
                     self.relay = self._relay(self.server.link)
                     self._link = self.relay.link
             with ThreadPoolExecutor(max_workers=min(len(self.slots), 32)) as pool:
@@ -349,7 +362,7 @@ class FarmCollector(Collector):
                 if self.server is not None
                 else "per actor"
             ),
-            why,
+            plan.why,
         )
 
     def _relay(self, link: InferenceLink) -> Any:
@@ -622,7 +635,7 @@ class FarmCollector(Collector):
         now = time.monotonic()
         if now - self._device_at >= 1.0:
             self._device_at = now
-            stats: dict[str, float] = getattr(run.agent.backend, "device_stats", dict)()
+            stats = run.agent.backend.device_stats()
             keys = {
                 "gpu/util": "gpu_util",
                 "gpu/memory_used_mb": "gpu_memory_used_mb",

@@ -6,7 +6,9 @@ envs; a :class:`PolicyServer` in the learner process holds the one acting copy o
 gathers the observations of every actor that is waiting, runs ONE ``agent.sample`` over them
 and hands each actor its rows of the actions and extras (behaviour log-probs included, so
 V-trace corrects for the policy that really acted). Sample Factory's policy workers and SEED
-RL's central inference, as an option of the same farm::
+RL's central inference, as an option of the same farm. Which of the two a run has (or that
+it has no farm) is decided once, at build time, into an :class:`ActingPlan`
+(:func:`plan_acting`, whose refusals are start-up checks); the farm and the server read it::
 
     actor 0 (envs 0-3) --obs--> [ obs rows 0-3 ] --+
     actor 1 (envs 4-7) --obs--> [ obs rows 4-7 ] --+--> agent.sample(batch) --> [actions,
@@ -105,7 +107,7 @@ DQN on 64 actors of a 20 ms env 94.1% of the ideal per actor against 81.5% centr
 
 
 # ------------------------------------------------------------------------------------------
-# start-up checks and the auto rule
+# the acting plan: decided once, at build time, with its refusals and the auto rule
 
 
 def central_refusal(agent: Agent) -> str | None:
@@ -129,33 +131,75 @@ def central_refusal(agent: Agent) -> str | None:
     return None
 
 
-def check_inference_config(config: Config) -> None:
-    """Refuse, before anything starts, a ``run.inference`` the run cannot have."""
+@dataclass(frozen=True)
+class ActingPlan:
+    """Where a run's actions are computed, decided once at build time (:func:`plan_acting`,
+    among the start-up checks) and read by the rest of the run (``Run.acting``): the train
+    loop's choice of collector, the farm's actors and its policy server."""
+
+    where: str
+    """:data:`SERIAL` (no farm: this process acts for its own envs), :data:`PER_ACTOR` (each
+    farm actor acts with its own copy of the policy) or :data:`CENTRAL` (a policy server in
+    this process acts for every actor in batches)."""
+    why: str
+    """Why (``run.inference`` and, for ``'auto'``, its rule's reason), logged at start-up."""
+    by_rows: bool = False
+    """Central: the server keeps the agent's per-env acting state by row
+    (:attr:`~harness.api.Agent.acts_by_rows`), so actors report their episode ends."""
+    wait_s: float = 0.0
+    """Central: how long a batch waits for more requests (``run.inference_wait_ms``)."""
+    relay: bool = False
+    """Central with remote actors (``run.cluster``): they reach the server through their
+    transport's relay (:class:`harness.remote.SupportsRemoteInference`)."""
+
+    @property
+    def central(self) -> bool:
+        """True when a policy server acts for the farm."""
+        return self.where == CENTRAL
+
+
+SERIAL, PER_ACTOR, CENTRAL = "serial", "actor", "central"
+"""The values of :attr:`ActingPlan.where`."""
+
+NO_FARM = ActingPlan(SERIAL, "run.actors = 0: no farm")
+"""The plan of a serial run (``run.actors = 0``)."""
+
+
+def plan_acting(config: Config, agent: Agent) -> ActingPlan:
+    """The run's :class:`ActingPlan` for ``config`` (with a concrete ``run.actors``) and its
+    ``agent``; refuses, before anything is written, a ``run.inference`` the run cannot have:
+    'central' without a farm, or for an agent one batch cannot serve."""
     run = config.run
-    if run.inference != "central":
-        return
     if run.actors <= 0:
-        raise ConfigError(
-            f"run.inference = 'central' batches the actions of a farm's actors, but run.actors "
-            f"= {run.actors}: the envs step in this process, which acts with one batch already. "
-            "Set run.actors (e.g. --actors 2), or leave run.inference = 'actor'."
-        )
-
-
-def check_inference_agent(config: Config, agent: Agent) -> None:
-    """Refuse ``run.inference = "central"`` for an agent that cannot be batched."""
-    if config.run.inference != "central" or config.run.actors <= 0:
-        return
-    reason = central_refusal(agent)
+        if run.inference == "central":
+            raise ConfigError(
+                f"run.inference = 'central' batches the actions of a farm's actors, but "
+                f"run.actors = {run.actors}: the envs step in this process, which acts with one "
+                "batch already. Set run.actors (e.g. --actors 2), or leave run.inference = "
+                "'actor'."
+            )
+        return NO_FARM
+    central, why = choose_central(config, agent)
+    if not central:
+        return ActingPlan(PER_ACTOR, why)
+    reason = central_refusal(agent)  # ('auto' never picks a refused agent: 'central' only)
     if reason is not None:
         raise ConfigError(
-            f"run.inference = 'central' cannot serve algorithm {config.run.algo!r}: {reason}. "
+            f"run.inference = 'central' cannot serve algorithm {run.algo!r}: {reason}. "
             "Set run.inference = 'actor' (or 'auto', which picks it for this algorithm)."
         )
+    return ActingPlan(
+        CENTRAL,
+        why,
+        by_rows=agent.per_env_acting_state and agent.acts_by_rows,
+        wait_s=run.inference_wait_ms / 1000,
+        relay=bool(run.cluster),
+    )
 
 
 def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
-    """Whether a farm of ``config`` acts centrally, and why (logged at start-up).
+    """Whether a farm of ``config`` acts centrally, and why (logged at start-up): the rule
+    :func:`plan_acting` applies to a farm (``run.actors > 0``).
 
     ``auto``'s rule, from side-by-side runs on the 2-core dev VM (docs/distributed.md, "When
     each wins", has the numbers and commands): many actors go central (one batched forward
@@ -182,7 +226,7 @@ def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
     reason = central_refusal(agent)
     if reason is not None:
         return False, f"auto: the agent cannot be batched centrally ({reason})"
-    device = str(getattr(agent.backend, "device", "cpu"))
+    device = str(agent.backend.device)
     image = len(agent.env_info.observation.shape) >= 2
     if run.inference_device == "learner" and device != "cpu" and image:
         return True, (
@@ -363,18 +407,25 @@ class PolicyServer:
 
     ``make_agent`` builds a fresh acting agent: the first one, and the replacement after a
     failure (the newest published weights are loaded into it and every open request is
-    answered, so the actors, attached to the shared arrays, carry on)."""
+    answered, so the actors, attached to the shared arrays, carry on). ``by_rows`` and
+    ``wait_s`` are the run's :class:`ActingPlan`'s (:attr:`ActingPlan.by_rows`,
+    :attr:`ActingPlan.wait_s`): the server serves as planned and decides nothing."""
 
     def __init__(
-        self, make_agent: Callable[[], Agent], sizes: list[int], wait_s: float = 0.0
+        self,
+        make_agent: Callable[[], Agent],
+        sizes: list[int],
+        *,
+        by_rows: bool,
+        wait_s: float = 0.0,
     ) -> None:
         self._make_agent = make_agent
         self.wait_s = wait_s
         """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
         self.agent = make_agent()
-        self.device = str(getattr(self.agent.backend, "device", "cpu"))
+        self.device = str(self.agent.backend.device)
         """Where the acting agent's framework forward runs (``run.inference_device``)."""
-        self.by_rows = self.agent.per_env_acting_state and self.agent.acts_by_rows
+        self.by_rows = by_rows
         """The agent keeps per-env acting state by row (``sample_rows``, ``rows_ended``)."""
         info = self.agent.env_info
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import logging
 import math
@@ -20,16 +21,18 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from harness import curriculum
 from harness.api import Agent, team_reward
 from harness.checkpoint import latest_checkpoint, save_checkpoint, write_atomic_text
 from harness.config import Config
 from harness.errors import CheckpointError, ConfigError, DivergedError, missing_extra
 from harness.hookspecs import LOGGED_WINDOW
 from harness.plugins import HarnessPluginManager
+from harness.policy import Policy, as_policy
 from harness.registry import Registry
 from harness.rundir import (
     DiskSpaceError,
@@ -37,65 +40,61 @@ from harness.rundir import (
     is_out_of_space,
     out_of_space_error,
 )
-from harness.runtime.build import (
-    build_run,
-    check_compatible,
-    discard_run_dir,
-    load_agent,
-    make_agent,
-    make_envs,
-)
+
+# (the modules, not the names: a name of MOVED must not be an attribute of this module, or
+# its old path would not warn)
+from harness.runtime import build, stepper
+from harness.runtime import state as run_state
+from harness.runtime.build import discard_run_dir
 from harness.runtime.collectors import Collector, OfflineCollector, SerialCollector
 from harness.runtime.farm import FarmCollector
-from harness.runtime.state import RUNNER_STATE, EvalResult, RunResult, runner_state
-from harness.runtime.stepper import (
-    EPISODE_METRICS,
-    EnvFault,
-    EnvStepper,
-    Episode,
-    env_call,
-    env_label,
-    episode_metrics,
-)
+from harness.runtime.inference import SERIAL
+from harness.runtime.stepper import EnvFault, env_call, env_label
 from harness.version import __version__
 from harness.video import EpisodeRecorder
 
-# harness.runtime.run held the whole runtime before it was split by job: the names it gave
-# stay importable from here (new code imports them from harness.runtime)
-__all__ = [
-    "EPISODE_METRICS",
-    "EnvStepper",
-    "Episode",
-    "EvalResult",
-    "RunResult",
-    "build_run",
-    "check_compatible",
-    "episode_metrics",
-    "evaluate",
-    "load_agent",
-    "make_agent",
-    "make_envs",
-    "train",
-]
+__all__ = ["GreedyPolicy", "evaluate", "make_collector", "train"]
 
-if TYPE_CHECKING:  # (at run time the name is __getattr__'s, with its warning)
-    from harness.runtime.state import Run as Run
+if TYPE_CHECKING:  # (at run time these are __getattr__'s, with its warning)
+    from harness.runtime.state import EvalResult, Run, RunResult
+    from harness.runtime.stepper import Episode
 
 log = logging.getLogger(__name__)
 
+MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "EnvStepper",
+            "Episode",
+            "EvalResult",
+            "Run",
+            "RunResult",
+            "build_run",
+            "load_agent",
+            "make_agent",
+            "make_envs",
+        ),
+        "harness.runtime",
+    ),
+    "EPISODE_METRICS": "harness.runtime.stepper",
+    "episode_metrics": "harness.runtime.stepper",
+    "check_compatible": "harness.runtime.build",
+}
+"""Names this module gave when it held the whole runtime (before it was split by job), and
+where they are imported from now: the public ``harness.runtime`` where they are public."""
+
 
 def __getattr__(name: str) -> Any:
-    """``harness.runtime.run.Run``, the path the API reference used to give: it still works,
-    with a DeprecationWarning pointing at the public one, ``harness.runtime.Run``."""
-    if name == "Run":
+    """The old paths of :data:`MOVED` (``harness.runtime.run.Run``, the path the API reference
+    used to give, ``harness.runtime.run.load_agent``, ...): they still work for one release,
+    with a DeprecationWarning naming the new import."""
+    if name in MOVED:
         warnings.warn(
-            "harness.runtime.run.Run is deprecated: import Run from harness.runtime",
+            f"harness.runtime.run.{name} is deprecated: import {name} from {MOVED[name]}",
             DeprecationWarning,
             stacklevel=2,
         )
-        from harness.runtime.state import Run
-
-        return Run
+        return getattr(importlib.import_module(MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -111,7 +110,7 @@ def train(
     ``stop_on_sigterm`` (``harness run``) SIGTERM ends the run after the iteration it is in,
     with a checkpoint (:attr:`RunResult.terminated`); in-process callers (tuning trials,
     baselines, tests) leave SIGTERM to their own process."""
-    run = build_run(config, registry, pm, resume=resume)
+    run = build.build_run(config, registry, pm, resume=resume)
     t_start = time.perf_counter()
     stopped = started = bad_input = False
     ckpt: Path | None = None
@@ -132,8 +131,7 @@ def train(
         result = _result(run, time.perf_counter() - t_start, ckpt, stopped)
         summary = {**result.as_dict(), **_final_scores(last_eval)}
         write_atomic_text(run.run_dir / "summary.json", json.dumps(summary, indent=2))
-        _plot(run)
-        return result
+        return result  # (the learning curve: harness.builtin's harness_run_end)
     except ConfigError:
         # bad input found only once the envs stepped (an env option its env checks at its
         # first step): the run has nothing to keep
@@ -184,12 +182,12 @@ def _stop_on_sigterm(run: Run) -> Iterator[None]:
 
 
 def make_collector(run: Run) -> Collector:
-    """Where ``run``'s experience comes from: nothing for an offline agent, remote actors
-    when ``run.actors > 0`` (a missing transport extra is named), else the envs of this
-    process."""
-    if getattr(run.agent, "offline", False):
+    """Where ``run``'s experience comes from: nothing for an offline agent, the envs of this
+    process for a serial run (``run.acting``), else remote actors (a missing transport extra
+    is named)."""
+    if run.agent.offline:
         return OfflineCollector(run)
-    if run.config.run.actors <= 0:
+    if run.acting.where == SERIAL:
         return SerialCollector(run)
     try:
         return FarmCollector(run)
@@ -213,7 +211,6 @@ def _loop(run: Run, collector: Collector, last_eval: dict[str, float]) -> bool:
     next_eval = run.step + cfg.eval_every if cfg.eval_every > 0 else math.inf
     next_ckpt = run.step + cfg.checkpoint_every if cfg.checkpoint_every > 0 else math.inf
     t_window, steps_window = time.perf_counter(), run.step
-    device_stats = getattr(agent.backend, "device_stats", dict)  # (optional for backends)
     deadline = time.monotonic() + cfg.max_seconds if cfg.max_seconds > 0 else math.inf
     while run.step < cfg.total_steps:
         if time.monotonic() >= deadline:
@@ -241,7 +238,7 @@ def _loop(run: Run, collector: Collector, last_eval: dict[str, float]) -> bool:
             now = time.perf_counter()
             metrics["perf/SPS"] = (run.step - steps_window) / max(now - t_window, 1e-9)
             metrics[LOGGED_WINDOW] = float(run.episodes)
-            metrics.update(device_stats())
+            metrics.update(agent.backend.device_stats())
             run.router.record(run.step, metrics)
             if window_returns:
                 run.history.append((run.step, metrics["charts/episodic_return"]))
@@ -256,6 +253,7 @@ def _loop(run: Run, collector: Collector, last_eval: dict[str, float]) -> bool:
             stop = cfg.stop_at_return is not None and result.mean >= cfg.stop_at_return
             if stop:
                 stop = _confirmed(run, metrics)
+        curriculum.iteration_end(run, metrics)  # (a curriculum its env family declares)
         run.pm.hook.harness_iteration_end(run=run, metrics=metrics)
         if stop:
             log.info("eval mean %.1f reached stop_at_return at step %d", run.best_eval, run.step)
@@ -331,7 +329,7 @@ def _final_scores(last_eval: Mapping[str, float]) -> dict[str, Any]:
 def _evaluate_and_record(run: Run, last: dict[str, float] | None = None) -> EvalResult:
     cfg = run.config.run
     if cfg.eval_episodes <= 0:
-        return EvalResult([], [])
+        return run_state.EvalResult([], [])
     result = evaluate(
         run.agent, run.config, run.registry, cfg.eval_episodes, seed=10_000 + cfg.seed + run.step
     )
@@ -348,8 +346,15 @@ def _evaluate_and_record(run: Run, last: dict[str, float] | None = None) -> Eval
     return result
 
 
+class GreedyPolicy(Protocol):
+    """What :func:`evaluate` needs of something that is not an :class:`~harness.api.Agent`
+    (a fixed reference policy, a test's wrapper): greedy actions for a batch."""
+
+    def predict(self, obs: np.ndarray) -> np.ndarray: ...
+
+
 def evaluate(
-    agent: Agent,
+    agent: Agent | Policy | GreedyPolicy,
     config: Config,
     registry: Registry,
     episodes: int,
@@ -364,15 +369,16 @@ def evaluate(
     ``render_mode="rgb_array"``, and the recorder gets its frames (:mod:`harness.video`);
     the recorder is not closed here. ``max_envs``: envs at most (1 runs the episodes in
     sequence like a filmed evaluation: tools/bench_video.py compares the two). The envs are
-    built with the family's evaluation options (``EnvSpec.evaluation_options``)."""
+    built with the family's evaluation options (``EnvSpec.evaluation_options``). It acts
+    through ``agent``'s :class:`~harness.policy.Policy` (``Agent.policy()``, or ``agent``
+    itself), greedily, the rows of ended episodes reset (every row at the start); a
+    :class:`GreedyPolicy` acts through its ``predict`` and keeps no per-env state to reset."""
     n = 1 if recorder is not None else max(1, min(max_envs, episodes))
     quota = np.full(n, episodes // n)
     quota[: episodes % n] += 1
     render_mode = "rgb_array" if recorder is not None else None
-    envs = make_envs(config, registry, n, seed=None, render_mode=render_mode, evaluation=True)
-    # Agent.predict_episodes_ended (per-env greedy state, e.g. a recurrent QMIX agent); any
-    # object with a predict() can be evaluated, so the hook stays optional here
-    predict_ended = getattr(agent, "predict_episodes_ended", None)
+    envs = build.make_envs(config, registry, n, seed=None, render_mode=render_mode, evaluation=True)
+    policy = as_policy(agent)
     label = f"{env_label(config.run.env, registry)} in an evaluation"  # (who a fault names)
     try:
         obs, _ = env_call(functools.partial(envs.reset, seed=seed), label, "reset", 0)
@@ -381,22 +387,22 @@ def evaluate(
             recorder.start(envs)
         ret = np.zeros(n)
         length = np.zeros(n, dtype=np.int64)
-        result = EvalResult([], [])
-        if predict_ended is not None:
-            predict_ended(np.ones(n, bool))
+        result = run_state.EvalResult([], [])
+        state = policy.reset(policy.initial_state(n), np.ones(n, bool), explore=False)
         while (quota > 0).any():
-            step = functools.partial(envs.step, agent.predict(obs))
+            actions, _, state = policy.act(obs, state, explore=False)
+            step = functools.partial(envs.step, actions)
             obs, rewards, terminated, truncated, infos = env_call(step, label, "step", stepped)
             stepped += n
             done = terminated | truncated
-            if predict_ended is not None and done.any():
-                predict_ended(done)
+            if done.any():
+                state = policy.reset(state, done, explore=False)
             reward = team_reward(rewards)
             ret += reward
             length += 1
             ended: dict[int, dict[str, float]] = {}
             for i in np.flatnonzero(done):
-                metrics = ended[int(i)] = episode_metrics(infos, int(i))
+                metrics = ended[int(i)] = stepper.episode_metrics(infos, int(i))
                 if quota[i] > 0:
                     result.returns.append(float(ret[i]))
                     result.lengths.append(int(length[i]))
@@ -422,11 +428,11 @@ def _checkpoint(run: Run, best: bool = False) -> Path:
     bad = [k for k, v in weights.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
     if bad:  # never write a checkpoint to go back to that cannot be used
         raise _diverged(run, f"non-finite policy weights ({', '.join(bad[:3])})")
-    state = runner_state(run)
+    state = run_state.runner_state(run)
 
     def write(tmp: Path) -> None:
         run.agent.save(tmp)
-        (tmp / RUNNER_STATE).write_text(json.dumps(state), encoding="utf-8")
+        (tmp / run_state.RUNNER_STATE).write_text(json.dumps(state), encoding="utf-8")
 
     meta = {
         "algo": run.config.run.algo,
@@ -464,7 +470,7 @@ def _save(
 
 def _result(run: Run, wall_time: float, checkpoint: Path | None, stopped: bool) -> RunResult:
     """What ``train`` returns (and ``summary.json`` starts from) for ``run`` as it stands."""
-    return RunResult(
+    return run_state.RunResult(
         run_dir=run.run_dir,
         steps=run.step,
         episodes=run.episodes,
@@ -494,13 +500,3 @@ def _summary_of_failure(run: Run, wall_time: float, error: Exception) -> dict[st
         for stray in run.run_dir.glob(".summary.json.tmp-*"):
             stray.unlink(missing_ok=True)
     return summary
-
-
-def _plot(run: Run) -> None:
-    try:
-        from harness.plotting import plot_learning_curve
-    except ImportError:
-        log.warning("matplotlib is missing: no learning_curve.png (pip install matplotlib)")
-        return
-    title = f"{run.config.run.algo} on {run.config.run.env} (seed {run.config.run.seed})"
-    plot_learning_curve(run.history, run.eval_history, run.run_dir / "learning_curve.png", title)

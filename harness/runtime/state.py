@@ -22,6 +22,7 @@ from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
 from harness.rundir import RunLock
 from harness.runtime.collectors import Collector
+from harness.runtime.inference import NO_FARM, ActingPlan
 from harness.runtime.stepper import configure_envs
 from harness.tracking import MetricsRouter
 
@@ -136,6 +137,10 @@ class Run:
     terminated: bool = False
     """Set when the process got SIGTERM (``train`` in the main thread): the run ends after this
     iteration with a checkpoint, skipping the final evaluation."""
+    # where the run's actions are computed: run.inference decided once at build time
+    # (harness.runtime.inference.plan_acting), read by the collector and the farm (a comment,
+    # not a docstring: the plan is the runtime's own, not part of the API reference)
+    acting: ActingPlan = NO_FARM
     collector: Collector | None = None
     """Where experience comes from: the envs of this process, remote actors or, for an
     offline agent, nothing; set when training starts."""

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import hookimpl
-from harness.curriculum import advance as advance_curriculum
-from harness.curriculum import apply_stage
+from harness.curriculum import CurriculumSpec
 from harness.errors import ConfigError, MissingExtraError, did_you_mean
 from harness.hookspecs import LOGGED_WINDOW
 from harness.registry import EnvSpec
@@ -372,8 +371,9 @@ def _make_framed(env_id: str, options: MyoConfig) -> Any:
     return FinalFrame(env)
 
 
-CURRICULUM_MERGE = ("kwargs",)
-"""A curriculum stage's kwargs merge into the current ones (harness.curriculum)."""
+CURRICULUM = CurriculumSpec(merge=("kwargs",))
+"""The family's curriculum (harness.curriculum applies and advances it): a stage's kwargs merge
+into the current ones."""
 
 
 def evaluation_options(options: MyoConfig | None) -> MyoConfig | None:
@@ -385,21 +385,12 @@ def evaluation_options(options: MyoConfig | None) -> MyoConfig | None:
 
 
 @hookimpl
-def harness_configure(config: Any) -> None:
-    """Before the envs are built: check the curriculum and apply its current stage."""
-    if isinstance(getattr(config, "env", None), MyoConfig):
-        apply_stage(config, CURRICULUM_MERGE)
-
-
-@hookimpl
 def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
-    """Advance the curriculum when the logged window mean of its metric reaches the stage's
-    threshold (farm actors, evaluation and replacement envs follow); record where an adaptive
-    goal range stands, for a resumed run (:func:`harness_myo.adaptive.resume_point`)."""
+    """Record where an adaptive goal range stands, for a resumed run
+    (:func:`harness_myo.adaptive.resume_point`); the curriculum is the core's (``CURRICULUM``)."""
     options = run.config.env
     if not isinstance(options, MyoConfig):
         return
-    advance_curriculum(run, metrics, CURRICULUM_MERGE)
     mean_range = metrics.get("charts/adaptive_range")
     if options.adaptive and LOGGED_WINDOW in metrics and mean_range is not None:
         run.remember_env(adaptive=resume_point(options.adaptive, mean_range))
@@ -417,6 +408,7 @@ def harness_register_envs() -> list[EnvSpec]:
             protocols=protocols,
             render_modes=RENDER_MODES,
             evaluation_options=evaluation_options,
+            curriculum=CURRICULUM,
             description="MyoSuite's musculoskeletal envs on MuJoCo, the NeurIPS MyoChallenge "
             "tasks among them (harness[myo])",
         )

@@ -1,5 +1,6 @@
-"""Registers the OpenSim competition envs (``Prosthetics-v0``, ``L2M2019-v0``) and their
-curriculum.
+"""Registers the OpenSim competition envs (``Prosthetics-v0``, ``L2M2019-v0``), their
+curriculum (declared in the env records: harness.curriculum applies it) and their evaluation
+protocols (``harness eval RUN --protocol round1 | round2 | official``).
 
 Each env is the competition's own env (``prosthetics.py``, ``l2m.py``: the official rules and
 reward) inside :class:`CompetitionWrapper`, which adds what the packs choose in ``[env]``: a
@@ -11,6 +12,7 @@ process is killed (a farm actor is then replaced by the farm).
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import functools
 import logging
@@ -24,10 +26,9 @@ import gymnasium as gym
 import numpy as np
 
 from harness import hookimpl
-from harness.curriculum import advance as advance_curriculum
-from harness.curriculum import apply_stage
+from harness.curriculum import CurriculumSpec
 from harness.errors import ConfigError
-from harness.registry import EnvSpec
+from harness.registry import EnvSpec, EvalProtocol
 
 log = logging.getLogger(__name__)
 
@@ -315,20 +316,38 @@ def make_env(
     return envs
 
 
-# -- curriculum (harness.curriculum) -------------------------------------------------------
-@hookimpl
-def harness_configure(config: Any) -> None:
-    """Before the envs are built: check the curriculum and apply its current stage."""
-    if isinstance(getattr(config, "env", None), OsimConfig):
-        apply_stage(config)
+# -- evaluation protocols (harness eval --protocol) ----------------------------------------
+PROTOCOL_EPISODES = 10
+"""Episodes a round's protocol evaluates (``--episodes`` overrides): harness's choice, the
+count every official-protocol table of docs/competitions.md was measured with."""
+
+ROUND_RULES = {
+    "prosthetics": {1: "300 steps at 3 m/s", 2: "1000 steps, a changing target velocity"},
+    "l2m": {
+        1: "difficulty 2: velocity sinks within +-90 deg",
+        2: "difficulty 3: velocity sinks in any direction, two targets",
+    },
+}
+"""What each round of a family evaluates on (the protocol's description)."""
 
 
-@hookimpl
-def harness_iteration_end(run: Any, metrics: Mapping[str, float]) -> None:
-    """Advance the curriculum when the logged window mean of its metric reaches the stage's
-    threshold (evaluations and replacement actors then use the new stage too)."""
-    if isinstance(run.config.env, OsimConfig):
-        advance_curriculum(run, metrics)
+def protocols(family: str, title: str, env_id: str) -> Mapping[str, EvalProtocol]:
+    """``EnvSpec.protocols``: ``round1`` and ``round2`` (``env.round = N`` with the round's
+    own episode length: ``env.time_limit`` unset) and ``official``, the final round's."""
+    found = {
+        f"round{n}": EvalProtocol(
+            f"round{n}",
+            PROTOCOL_EPISODES,
+            env_options={"round": n, "time_limit": None},
+            description=f"{title}, round {n} ({rules})",
+        )
+        for n, rules in ROUND_RULES[family].items()
+    }
+    final = found[f"round{max(ROUND_RULES[family])}"]
+    found["official"] = dataclasses.replace(
+        final, name="official", description=f"{final.description}; the final round"
+    )
+    return found
 
 
 FAMILIES = (
@@ -347,7 +366,9 @@ def harness_register_envs() -> list[EnvSpec]:
             config_cls=config_cls,
             known_ids=functools.partial(list, (env_id,)),
             description=f"{title} on OpenSim 4.6 (harness[osim])",
+            protocols=functools.partial(protocols, family, title),
             render_modes=RENDER_MODES,
+            curriculum=CurriculumSpec(),
         )
         for family, env_id, config_cls, title in FAMILIES
     ]

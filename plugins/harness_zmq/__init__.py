@@ -16,6 +16,7 @@ One module per job:
   ``worker``: a worker host; ``monitor``: the web monitor, its page in ``monitor.html``.
 - ``inference``: the relay of central inference for a cluster's actors (raw frames into the
   learner's policy server).
-- ``cli``: ``harness cluster ...``, with ``clusters`` (this host's state files) and
-  ``control`` (asking a master for its status or to stop); ``plugin``: the registration.
+- ``command``: the ``harness cluster`` command's arguments (a ``CommandSpec``; no pyzmq);
+  ``cli``: its commands, with ``clusters`` (this host's state files) and ``control`` (asking
+  a master for its status or to stop); ``plugin``: the registration.
 """

@@ -7,7 +7,9 @@ pids, create times and address in a state file under ``~/.harness/clusters/`` (o
 those recorded processes (and kills them, after checking their create time, if they linger);
 other clusters on the host are never touched.
 
-The state files live in :mod:`harness_zmq.clusters`; asking a master for its status or to stop
+The arguments (and the dispatch of the registered ``cluster`` command) are declared in
+:mod:`harness_zmq.command`, which imports no pyzmq. The state files live in
+:mod:`harness_zmq.clusters`; asking a master for its status or to stop
 in :mod:`harness_zmq.control` (``request_status`` and ``state_dir`` are re-exported here).
 
 Errors are :class:`harness.errors.HarnessError` (the core CLI prints one paragraph and exits 2).
@@ -39,138 +41,50 @@ from harness_zmq.clusters import (
     state_dir,
     state_file,
 )
-from harness_zmq.control import STATUS_TIMEOUT_S, request_status, send_stop
+from harness_zmq.command import DEFAULT_PORT, DESCRIPTION, add_arguments
+from harness_zmq.control import request_status, send_stop
 
-DEFAULT_PORT = 7450
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 
-__all__ = ["main", "request_status", "state_dir"]
+__all__ = ["DEFAULT_PORT", "main", "request_status", "state_dir"]
 
 
 # ------------------------------------------------------------------------------------------
-# argument parsing
+# argument parsing (the arguments are declared in harness_zmq.command, the CommandSpec)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="harness cluster",
-        description="Start, join, inspect or stop a ZeroMQ cluster: a master that places "
-        "actors on workers. Clients connect with harness.connect('tcp://HOST:PORT').",
-    )
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
-
-    keys = sub.add_parser(
-        "keys",
-        help="create a CURVE key directory (to share between the hosts of a cluster)",
-        description="Create a CURVE key directory: the cluster's server key pair, a client key "
-        "pair and DIR/authorized/ (the public keys allowed in). Copy DIR to every host of the "
-        "cluster and pass --keys DIR to start, join and harness.connect(..., keys=DIR). A "
-        "loopback cluster started without --keys makes its own in its state directory "
-        "($HARNESS_STATE_DIR or ~/.harness/clusters).",
-    )
-    keys.add_argument("dir", metavar="DIR", help="directory to create")
-
-    start = sub.add_parser(
-        "start",
-        help="start a master and a local worker in the background",
-        description="Start a cluster master and one local worker with --cpus CPUs. By default "
-        "they run in the background and this command returns once the master answers; "
-        "'harness cluster stop' ends them.",
-    )
-    start.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (default: 127.0.0.1; any other needs --keys)",
-    )
-    start.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help=f"port to listen on (default: {DEFAULT_PORT}; 0: any free port)",
-    )
-    start.add_argument(
-        "--cpus",
-        type=float,
-        default=float(os.cpu_count() or 1),
-        help="CPUs of the local worker (default: all; 0: no local worker)",
-    )
-    start.add_argument("--gpus", default="", help="GPU indices of the local worker, e.g. 0,1")
-    start.add_argument(
-        "--monitor-port",
-        type=int,
-        default=None,
-        help="serve the web monitor on this port (0: any free port)",
-    )
-    start.add_argument(
-        "--monitor-host",
-        default="127.0.0.1",
-        help="address of the web monitor (default: 127.0.0.1; any other asks for the token "
-        "printed at start)",
-    )
-    start.add_argument(
-        "--keys",
-        default=None,
-        help="CURVE key directory (harness cluster keys); default on loopback: fresh keys "
-        "written into the state directory, where this host's clients find them",
-    )
-    start.add_argument(
-        "--foreground",
-        action="store_true",
-        help="run the master in this process until stopped (Ctrl-C)",
-    )
-    start.add_argument(
-        "--heartbeat-s",
-        type=float,
-        default=1.0,
-        help="heartbeat period; peers silent for 3 periods are dead (default: 1)",
-    )
-
-    join = sub.add_parser(
-        "join",
-        help="run a worker on this host for a cluster's master",
-        description="Run a worker for the master at ADDRESS in the foreground, offering --cpus "
-        "CPUs. Its actors listen on --host, which clients must be able to reach.",
-    )
-    from harness_zmq.worker import add_worker_arguments
-
-    add_worker_arguments(join)
-
-    status = sub.add_parser(
-        "status",
-        help="show a cluster's workers, jobs and clients",
-        description="Ask a master for its status. ADDRESS defaults to the one cluster started "
-        "on this host.",
-    )
-    status.add_argument("address", nargs="?", metavar="ADDRESS", help="tcp://HOST:PORT")
-    status.add_argument("--json", action="store_true", help="print the raw status as JSON")
-    status.add_argument("--keys", default=None, help="the cluster's CURVE key directory")
-    status.add_argument(
-        "--timeout",
-        type=float,
-        default=STATUS_TIMEOUT_S,
-        help=f"seconds to wait for the answer (default: {STATUS_TIMEOUT_S:g})",
-    )
-
-    stop = sub.add_parser(
-        "stop",
-        help="stop a cluster (its master, workers and actors)",
-        description="Stop the cluster at ADDRESS (default: the one started on this host): the "
-        "master tells its workers to end their actors and exit. The processes 'start' recorded "
-        "are waited for and, if they linger, killed; other clusters are left alone.",
-    )
-    stop.add_argument("address", nargs="?", metavar="ADDRESS", help="tcp://HOST:PORT")
-    stop.add_argument("--keys", default=None, help="the cluster's CURVE key directory")
+    p = argparse.ArgumentParser(prog="harness cluster", description=DESCRIPTION)
+    add_arguments(p)
     return p
 
 
 def main(argv: Sequence[str]) -> int:
-    """``harness cluster ARGV``; returns the exit code (errors raise HarnessError)."""
-    parser = _parser()
+    """``harness cluster ARGV`` parsed here (what ``harness cluster`` ran before it became a
+    :class:`harness.registry.CommandSpec`); returns the exit code (errors raise HarnessError)."""
     try:
-        args = parser.parse_args(list(argv))
+        args = _parser().parse_args(list(argv))
     except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``harness cluster COMMAND ...`` with the parsed arguments (the ``CommandSpec``'s run);
+    returns the exit code (errors raise :class:`harness.errors.HarnessError`, which the core
+    CLI prints as one paragraph)."""
+    if args.transport is not None:  # (the core command's option, kept for one release)
+        if args.transport != "zmq":
+            raise HarnessError(
+                f"harness cluster --transport {args.transport}: clusters come with the 'zmq' "
+                f"transport only (pip install 'harness[zmq]'); drop --transport."
+            )
+        print(
+            "harness: warning: harness cluster --transport is deprecated and will be removed; "
+            "drop it (clusters are the zmq plugin's).",
+            file=sys.stderr,
+        )
     command = {
         "keys": cmd_keys,
         "start": cmd_start,

@@ -1,15 +1,19 @@
-"""Registers the ``zmq`` transport: ``harness.connect(address)`` over ZeroMQ.
+"""Registers the ``zmq`` transport (``harness.connect(address)`` over ZeroMQ) and its
+``harness cluster ...`` command.
 
-Imports nothing heavy at registration: pyzmq and friends load on the first ``connect``.
+Imports nothing heavy at registration: pyzmq and friends load on the first ``connect`` or when a
+cluster command runs (the command's arguments are declared without them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import argparse
+from collections.abc import Iterable
 from typing import Any
 
 from harness import hookimpl
-from harness.registry import TransportSpec
+from harness.registry import CommandSpec, TransportSpec
+from harness_zmq import command
 
 
 def connect(address: str | None = None, **options: Any) -> Any:
@@ -19,11 +23,11 @@ def connect(address: str | None = None, **options: Any) -> Any:
     return _connect(address, **options)
 
 
-def cluster(argv: Sequence[str]) -> int:
-    """``harness cluster ...``: keys, start, join, status, stop."""
-    from harness_zmq.cli import main
+def cluster(args: argparse.Namespace) -> int:
+    """``harness cluster ...``: keys, start, join, status, stop (:mod:`harness_zmq.cli`)."""
+    from harness_zmq.cli import run
 
-    return main(argv)
+    return run(args)
 
 
 @hookimpl
@@ -32,7 +36,19 @@ def harness_register_transports() -> Iterable[TransportSpec]:
         TransportSpec(
             "zmq",
             connect,
-            cluster=cluster,
             description="ZeroMQ actor farm: embedded local farm or a `harness cluster`",
+        )
+    ]
+
+
+@hookimpl
+def harness_register_commands() -> Iterable[CommandSpec]:
+    return [
+        CommandSpec(
+            "cluster",
+            add_arguments=command.add_arguments,
+            run=cluster,
+            help=command.HELP,
+            description=command.DESCRIPTION,
         )
     ]

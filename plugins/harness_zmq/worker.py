@@ -43,6 +43,7 @@ import zmq
 
 from harness.errors import HarnessError
 from harness_zmq import wire
+from harness_zmq.command import CONNECT_TIMEOUT_S, add_worker_arguments
 from harness_zmq.security import Guard, Keys, host_of, is_loopback, load_keys
 from harness_zmq.wakeup import WakePipe
 from harness_zmq.wire import Kind, MalformedFrame
@@ -50,7 +51,6 @@ from harness_zmq.wire import Kind, MalformedFrame
 log = logging.getLogger(__name__)
 
 MISSED_BEATS = 3
-CONNECT_TIMEOUT_S = 5.0
 SPAWN_READY_S = 60.0
 _SPAWN_THREADS = 16
 _SWEEP_S = 1.0  # exit codes are also polled this often, in case a sentinel is missed
@@ -558,26 +558,6 @@ def parse_gpus(text: str) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------------
 # process entry: python -m harness_zmq.worker (what harness cluster start runs)
-
-
-def add_worker_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("address", help="the master's address, tcp://HOST:PORT")
-    p.add_argument("--cpus", type=float, required=True, help="CPU cores this worker offers")
-    p.add_argument("--gpus", default="", help="GPU indices this worker offers, e.g. 0,1")
-    p.add_argument(
-        "--host",
-        default=None,
-        help="address actors listen on, reachable by clients (default: loopback for a "
-        "loopback master, else this host's address towards the master)",
-    )
-    p.add_argument("--keys", default=None, help="the cluster's CURVE key directory")
-    p.add_argument("--name", default=None, help="name shown in the status (default: hostname)")
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=CONNECT_TIMEOUT_S,
-        help="seconds to wait for the master's first answer",
-    )
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from harness.runtime.inference import (
     PolicyServer,
     batch_rows,
     choose_central,
+    plan_acting,
 )
 
 pytestmark = pytest.mark.distributed
@@ -75,6 +76,13 @@ def assert_acts_as(learner: Any, actors: list[Any], steps: int, rows: tuple[slic
                 np.testing.assert_allclose(got_extras[key], value, rtol=1e-6, atol=1e-7)
 
 
+def served_by_rows(config: Any, agent: Any) -> bool:
+    """Whether the plan of a central farm of ``config`` keeps ``agent``'s acting state by row
+    (what the farm gives its policy server)."""
+    run = dataclasses.replace(config.run, actors=2, inference="central")
+    return plan_acting(dataclasses.replace(config, run=run), agent).by_rows
+
+
 @pytest.mark.parametrize("algo", ["ppo", "impala"])
 def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name: str) -> None:
     files = [IMPALA] if algo == "impala" else []
@@ -93,7 +101,7 @@ def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name:
         agent.rng = np.random.default_rng(5)
         return agent
 
-    server = PolicyServer(acting, [3, 5])
+    server = PolicyServer(acting, [3, 5], by_rows=served_by_rows(config, learner))
     actors: list[CentralActing] = []
     try:
         server.publish(7, learner.weights(), 1234)
@@ -158,7 +166,11 @@ def test_actors_of_uneven_widths_get_their_own_rows_in_any_batch() -> None:
     envs.close()
     learner = make_agent(config, registry, info)
     widths = (2, 1, 3)
-    server = PolicyServer(lambda: make_agent(config, registry, info), list(widths))
+    server = PolicyServer(
+        lambda: make_agent(config, registry, info),
+        list(widths),
+        by_rows=served_by_rows(config, learner),
+    )
     actors: list[CentralActing] = []
     try:
         server.publish(1, learner.weights(), 0)
@@ -214,7 +226,13 @@ def test_a_gathering_window_batches_late_requests_and_ends_when_all_are_in() -> 
     envs = make_envs(config, registry, 1, seed=None)
     info = dataclasses.replace(env_info(config.run.env, envs), num_envs=3)
     envs.close()
-    server = PolicyServer(lambda: make_agent(config, registry, info), [1, 2], wait_s=30.0)
+    agent = make_agent(config, registry, info)
+    server = PolicyServer(
+        lambda: make_agent(config, registry, info),
+        [1, 2],
+        by_rows=served_by_rows(config, agent),
+        wait_s=30.0,
+    )
     actors: list[CentralActing] = []
     try:
         actors = [CentralActing(server.link, i) for i in range(2)]

@@ -22,7 +22,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_central_inference import ServerFault  # same directory: pytest puts it on sys.path
+from test_central_inference import (  # same directory: pytest puts it on sys.path
+    ServerFault,
+    served_by_rows,
+)
 from test_farm import Killer, run_farm
 
 from harness.checkpoint import latest_checkpoint
@@ -76,7 +79,9 @@ class _Setup:
             agent.rng = np.random.default_rng(5)
             return agent
 
-        self.server = PolicyServer(acting, list(WIDTHS))
+        by_rows = served_by_rows(self.config, self.make(n))
+        assert by_rows, "the plan does not keep the recurrent agent's state by row"
+        self.server = PolicyServer(acting, list(WIDTHS), by_rows=by_rows)
         self.server.publish(3, self.weights, 0)
         self.actors = [CentralActing(self.server.link, i) for i in range(len(WIDTHS))]
         self.refs = [self.reference(w) for w in WIDTHS]
@@ -220,7 +225,10 @@ def test_a_stateless_agent_leaves_the_episode_flags_alone() -> None:
     envs = make_envs(config, registry, 1, seed=None)
     info = dataclasses.replace(env_info(config.run.env, envs), num_envs=4)
     envs.close()
-    server = PolicyServer(lambda: make_agent(config, registry, info), [2, 2])
+    agent = make_agent(config, registry, info)
+    server = PolicyServer(
+        lambda: make_agent(config, registry, info), [2, 2], by_rows=served_by_rows(config, agent)
+    )
     actor = CentralActing(server.link, 0)
     try:
         assert not server.by_rows and not server.link.by_rows

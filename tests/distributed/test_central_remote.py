@@ -58,7 +58,7 @@ def test_the_relay_answers_what_the_agent_samples_and_drops_what_is_malformed(
     from harness_zmq.inference import HEADER_BYTES, MAGIC, _header
 
     learner, acting = _agents(8)
-    server = PolicyServer(acting, [3, 5])
+    server = PolicyServer(acting, [3, 5], by_rows=False)  # (feed-forward PPO: no state)
     client = harness.connect(cluster.address)
     relay = client.serve_inference(server.link)
     actors: list[Any] = []

@@ -263,8 +263,7 @@ def _learn_cartpole(tmp_path: Path, overrides: list[str]) -> tuple[float, dict[s
     from harness.checkpoint import latest_checkpoint
     from harness.config import layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
-    from harness.runtime import train
-    from harness.runtime.run import evaluate, load_agent
+    from harness.runtime import evaluate, load_agent, train
 
     root = Path(__file__).resolve().parents[2]
     pack = root / "competitions" / "cartpole" / "pack.toml"

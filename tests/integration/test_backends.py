@@ -140,7 +140,7 @@ def test_algorithm_refused_on_a_backend_it_does_not_declare(
 ) -> None:
     from harness.config import find_pack_file, layer, resolve
     from harness.plugins import make_plugin_manager
-    from harness.runtime.run import build_run
+    from harness.runtime import build_run
 
     real = make_plugin_manager()
     _, registry = harness_registry_factory(

@@ -20,7 +20,7 @@ import pytest
 
 from harness.config import RunConfig
 from harness.errors import ConfigError
-from harness.runtime.farm import ACTOR_MEMORY_MB, check_actor_capacity
+from harness.runtime.build import ACTOR_MEMORY_MB, check_actor_capacity
 
 PACK = Path(__file__).resolve().parents[2] / "competitions" / "cartpole"
 

@@ -18,7 +18,7 @@ from harness.api import EnvInfo, SpaceInfo, Transition
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 from harness.testing import check_algorithm
 from harness_algos.impala import IMPALAConfig, make_agent, vtrace
 

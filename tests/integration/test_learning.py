@@ -18,7 +18,7 @@ import pytest
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")

@@ -25,7 +25,7 @@ from harness.api import EnvInfo, SpaceInfo, Transition
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "competitions" / "mpe_spread"
@@ -85,7 +85,7 @@ def _adversary(result: Any) -> float:
 def random_eval(extra: list[str], seed: int, out: Path) -> Any:
     """The uniform-random policy over ``RANDOM_EPISODES`` episodes of the same env."""
     _, registry, config = _config([*extra, "algo='random'"], seed, out, 16)
-    from harness.runtime.run import make_agent, make_envs
+    from harness.runtime import make_agent, make_envs
     from harness.runtime.spaces import env_info
 
     envs = make_envs(config, registry, 1, seed=None)

@@ -277,13 +277,13 @@ def test_every_recipe_resolves_and_builds_its_env(files: list[str]) -> None:
     """Each pack file with each recipe resolves against the installed plugins (every key
     known, every value valid), and its env takes the recipe's kwargs."""
     from harness.config import layer, resolve
+    from harness.curriculum import configure
     from harness.plugins import collect_registry, make_plugin_manager
 
-    pm = make_plugin_manager()
-    registry = collect_registry(pm)
+    registry = collect_registry(make_plugin_manager())
     raw = layer(PACKS / files[0], [PACKS / f for f in files[1:]], [])
     config = resolve(raw, registry)
-    pm.hook.harness_configure(config=config)  # the curriculum's stage 0 goes in here
+    configure(config, registry)  # the curriculum's stage 0 goes in here, as in a run
     spec = registry.env_for(config.run.env)
     envs = spec.make_env(config.run.env, num_envs=1, seed=0, options=config.env)
     envs.step(envs.action_space.sample())

@@ -27,7 +27,7 @@ from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 from harness_algos.impala import IMPALAConfig
 from harness_algos.impala import make_agent as make_impala
 from harness_algos.moments import RunningMoments, merge_stats

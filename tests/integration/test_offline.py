@@ -25,7 +25,7 @@ import pytest
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 
 pytest.importorskip(
     "minari", reason="the offline tests need minari (pip install 'harness[offline]')"
@@ -343,7 +343,7 @@ def test_sac_fine_tunes_from_a_cql_checkpoint(pendulum_data: PendulumData, tmp_p
     evaluation), then trains online on the env from there. A checkpoint of another env, or of an
     algorithm whose networks differ, is refused naming the checkpoint."""
     from harness.errors import CheckpointError
-    from harness.runtime.run import build_run
+    from harness.runtime import build_run
 
     cql_config, registry, cql_run = train(
         PENDULUM,

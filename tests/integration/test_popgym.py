@@ -36,8 +36,7 @@ import pytest
 from harness.checkpoint import latest_checkpoint
 from harness.config import layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime import train
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent, train
 
 pytest.importorskip("popgym", reason="popgym is not installed: pip install 'harness[popgym]'")
 

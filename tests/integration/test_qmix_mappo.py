@@ -31,7 +31,7 @@ from harness.config import layer, resolve
 from harness.errors import CheckpointError, IncompatibleError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.pytest_plugin import cpu_backend
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 
 # algorithm -> (total env steps, absolute floor of the learned score, margin over random)
 CASES: dict[str, tuple[int, float, float]] = {

@@ -39,7 +39,7 @@ from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.pytest_plugin import cpu_backend
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent
 from harness_algos.r2d2 import R2D2Agent, R2D2Config, make_agent
 from harness_algos.sequence_replay import n_step_targets, rescale, unrescale
 

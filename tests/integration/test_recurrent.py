@@ -29,8 +29,7 @@ from harness.api import EnvInfo, SpaceInfo
 from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime import train
-from harness.runtime.run import evaluate, load_agent
+from harness.runtime import evaluate, load_agent, train
 from harness.runtime.stepper import EnvStepper
 from harness_algos.impala import IMPALAConfig
 from harness_algos.impala import make_agent as make_impala

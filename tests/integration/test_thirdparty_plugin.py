@@ -25,7 +25,7 @@ import pytest
 
 from harness.config import layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
-from harness.runtime.run import evaluate
+from harness.runtime import evaluate
 from harness.runtime.spaces import env_info
 from harness.testing import check_algorithm, check_env
 

@@ -217,36 +217,61 @@ def test_packs_learn_on_every_backend(
     assert (result.checkpoint / f"agent.{harness_backend_name}").is_file()
 
 
-def test_official_evaluation_protocol_from_the_cli(tmp_path: Path) -> None:
-    """harness eval RUN_DIR --round 2: the round's own episode length (time_limit unset) and
-    the official score, fall rate and episode length printed."""
-    pm, registry, config = _config([*TINY, f"run.out={tmp_path}", "run.total_steps=16"])
-    result = _train(config, pm, registry)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "eval",
-            str(result.run_dir),
-            "--episodes",
-            "2",
-            "--round",
-            "2",
-            "--set",
-            "env.frame_skip=8",
-        ],
+def _eval(run_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "eval", str(run_dir), *flags],
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def test_official_evaluation_protocol_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """harness eval RUN_DIR --round 2, the deprecated spelling of --protocol round2 (a protocol
+    the osim plugin registers): one deprecation line naming the replacement, the round's own
+    episode length (time_limit unset), the official score, fall rate and episode length printed
+    and the protocol recorded. Both spellings resolve to the same config; a round the env has
+    not is refused (exit 2, the rounds named, nothing recorded)."""
+    from harness.cli import _eval_config, _parser
+
+    pm, registry, config = _config([*TINY, f"run.out={tmp_path}", "run.total_steps=16"])
+    result = _train(config, pm, registry)
+    flags = ("--episodes", "1", "--set", "env.frame_skip=8")
+    proc = _eval(result.run_dir, *flags, "--round", "2")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "score" in out and "fell" in out and "sim_steps" in out, out
+    assert "round 2 (1000 steps" in out, out  # the protocol's line: it evaluated as round2
+    (warning,) = [line for line in proc.stderr.splitlines() if "deprecated" in line]
+    assert warning.startswith("harness: warning: --round") and "--protocol round2" in warning
     sim_steps = float(out.split("sim_steps ")[1].split(",")[0].split()[0])
     fell = float(out.split("fell ")[1].split(",")[0].split()[0])
     # round 2 lasts 1000 steps unless the model falls: longer than the training episodes (6)
     assert sim_steps > 6 and (fell == 1.0 or sim_steps == 1000.0), out
+    (line,) = (result.run_dir / "evaluations.jsonl").read_text().splitlines()
+    assert json.loads(line)["protocol"] == "round2"
+
+    parser = _parser()[0]
+    resolved = {}
+    for flag in (["--round", "2"], ["--protocol", "round2"]):
+        args = parser.parse_args(["eval", str(result.run_dir), *flags, *flag])
+        evaluated, _ckpt, protocol = _eval_config(args, registry)
+        assert protocol is not None and protocol.name == "round2"
+        resolved[flag[0]] = evaluated.to_dict()
+    assert resolved["--round"] == resolved["--protocol"]
+    assert (
+        resolved["--round"]["env"]["round"] == 2
+        and resolved["--round"]["env"]["time_limit"] is None
+    )
+    assert capsys.readouterr().err.count("deprecated") == 1  # (only --round warns)
+
+    unknown = _eval(result.run_dir, *flags, "--round", "3")
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    (error,) = unknown.stderr.splitlines()
+    assert error.startswith("harness: error: --round 3:") and "round1, round2" in error, error
+    assert (result.run_dir / "evaluations.jsonl").read_text().splitlines() == [line]
 
 
 def test_a_hung_simulator_step_kills_its_process_at_the_deadline(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from harness.api import EnvInfo
-from harness.runtime.run import EnvStepper, Episode
+from harness.runtime import EnvStepper, Episode
 from harness.runtime.spaces import env_info
 from harness_algos.random_policy import RandomConfig, make_agent
 from harness_gymnasium.plugin import GymConfig, make_env

@@ -1,0 +1,210 @@
+"""``run.inference`` is decided once, at build time, into the run's ``ActingPlan``
+(``harness.runtime.inference.plan_acting``): one plan per mode (serial, per actor, central),
+computed once per run and read by the collector and the farm; its refusals are start-up
+checks (nothing is written: no run directory)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness.runtime.build as build
+import harness.runtime.inference as inference
+from harness import hookimpl
+from harness.config import Config, find_pack_file, layer, resolve
+from harness.errors import ConfigError
+from harness.plugins import collect_registry, make_plugin_manager
+from harness.runtime import env_info, make_agent, make_envs, train
+from harness.runtime.inference import CENTRAL, PER_ACTOR, SERIAL, ActingPlan, plan_acting
+
+ROOT = Path(__file__).resolve().parents[2]
+PACK = find_pack_file(ROOT / "competitions" / "cartpole")
+ES = ROOT / "competitions" / "cartpole" / "es.toml"
+R2D2 = ROOT / "competitions" / "cartpole" / "r2d2.toml"
+MASKED_PPO = ROOT / "competitions" / "cartpole" / "masked_ppo.toml"
+
+
+def _config(files: list[Path], overrides: list[str], out: Path | None = None) -> Config:
+    base = ["progress=false", "trackers=['csv']"] + ([f"out='{out}'"] if out else [])
+    registry = collect_registry(make_plugin_manager())
+    return resolve(layer(PACK, files, base + overrides, environ={}), registry)
+
+
+def _plan(files: list[Path], overrides: list[str]) -> ActingPlan:
+    config = _config(files, overrides)
+    registry = collect_registry(make_plugin_manager())
+    envs = make_envs(config, registry, 1, seed=None)
+    info = dataclasses.replace(env_info(config.run.env, envs), num_envs=config.run.num_envs)
+    envs.close()
+    return plan_acting(config, make_agent(config, registry, info))
+
+
+@pytest.mark.parametrize(
+    ("files", "overrides", "want"),
+    [
+        ([], ["actors=0", "inference='auto'"], (SERIAL, False, 0.0, False)),
+        ([], ["actors=2", "inference='actor'"], (PER_ACTOR, False, 0.0, False)),
+        ([], ["actors=2", "inference='auto'"], (PER_ACTOR, False, 0.0, False)),
+        (
+            [],
+            ["actors=2", "inference='central'", "inference_wait_ms=3"],
+            (CENTRAL, False, 3e-3, False),
+        ),
+        ([MASKED_PPO], ["actors=2", "inference='central'"], (CENTRAL, True, 0.0, False)),
+        (
+            [],
+            ["actors=2", "inference='central'", "cluster='tcp://127.0.0.1:1'"],
+            (CENTRAL, False, 0.0, True),
+        ),
+        ([ES], ["actors=128", "num_envs=128", "inference='auto'"], (PER_ACTOR, False, 0.0, False)),
+    ],
+    ids=[
+        "serial",
+        "actor",
+        "auto-few",
+        "central",
+        "central-recurrent",
+        "central-remote",
+        "auto-es",
+    ],
+)
+def test_each_mode_resolves_to_one_plan(
+    files: list[Path], overrides: list[str], want: tuple[str, bool, float, bool]
+) -> None:
+    plan = _plan(files, overrides)
+    assert (plan.where, plan.by_rows, plan.wait_s, plan.relay) == want, plan.why
+    assert plan.central == (want[0] == CENTRAL)
+
+
+class _Seen:
+    """Keeps what the run's hooks see of the plan: the run's, and the collector's."""
+
+    def __init__(self) -> None:
+        self.plans: list[ActingPlan] = []
+        self.collector_plan: Any = None
+        self.server: Any = None
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Any) -> None:
+        self.plans.append(run.acting)
+        self.collector_plan = getattr(run.collector, "acting", None)
+        self.server = getattr(run.collector, "server", None)
+
+
+def _counting(calls: list[str], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return fn(*args, **kwargs)
+
+    return counted
+
+
+def _train_counting(
+    tmp_path: Path, overrides: list[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[_Seen, list[str]]:
+    """A tiny run of ``overrides`` with the real ``plan_acting`` and ``choose_central``
+    counted wherever the runtime calls them."""
+    calls: list[str] = []
+    monkeypatch.setattr(build, "plan_acting", _counting(calls, "plan", build.plan_acting))
+    monkeypatch.setattr(
+        inference, "choose_central", _counting(calls, "choose", inference.choose_central)
+    )
+    pm = make_plugin_manager()
+    seen = _Seen()
+    pm.register(seen, name="seen")
+    registry = collect_registry(pm)
+    config = _config(
+        [],
+        [
+            "algo='random'",
+            "total_steps=64",
+            "num_envs=2",
+            "eval_episodes=0",
+            "checkpoint_every=0",
+            *overrides,
+        ],
+        tmp_path,
+    )
+    train(config, registry, pm)
+    return seen, calls
+
+
+def test_a_serial_run_plans_once_and_has_no_farm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, calls = _train_counting(tmp_path, ["actors=0", "inference='auto'"], monkeypatch)
+    assert calls == ["plan"]  # (no farm: the auto rule is never asked)
+    assert seen.plans and {p.where for p in seen.plans} == {SERIAL}
+    assert seen.collector_plan is None and seen.server is None  # the serial collector
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(("inference_mode", "where"), [("actor", PER_ACTOR), ("central", CENTRAL)])
+def test_a_farm_plans_once_and_acts_as_planned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inference_mode: str, where: str
+) -> None:
+    seen, calls = _train_counting(
+        tmp_path, ["actors=2", f"inference='{inference_mode}'"], monkeypatch
+    )
+    assert calls == ["plan", "choose"], "run.inference was decided more than once"
+    assert seen.plans and all(p is seen.plans[0] for p in seen.plans)
+    assert seen.plans[0].where == where
+    assert seen.collector_plan is seen.plans[0], "the farm did not act on the run's plan"
+    assert (seen.server is not None) == (where == CENTRAL)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "files", "match"),
+    [
+        (["actors=0"], (), r"run\.inference = 'central'.*run\.actors = 0.*--actors 2"),
+        (["actors=2"], (ES,), r"cannot serve algorithm 'es'.*acting state per env"),
+        (["actors=2"], (R2D2,), r"cannot serve algorithm 'r2d2'.*Agent\.acts_by_rows"),
+    ],
+    ids=["serial", "es", "r2d2"],
+)
+def test_each_refusal_comes_before_the_run_directory_exists(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    overrides: list[str],
+    files: tuple[Path, ...],
+    match: str,
+) -> None:
+    made: list[Path] = []
+    monkeypatch.setattr(build, "new_run_dir", _counting(made, "run dir", build.new_run_dir))
+    config = _config(list(files), [*overrides, "inference='central'"], tmp_path)
+    pm = make_plugin_manager()
+    with pytest.raises(ConfigError, match=match):
+        train(config, collect_registry(pm), pm)
+    assert made == [], "the run directory was made before the refusal"
+    assert not any(tmp_path.iterdir()), "a refused start left something behind"
+
+
+def test_the_cli_refuses_central_acting_of_a_serial_run_with_exit_2(tmp_path: Path) -> None:
+    """The real CLI: one paragraph naming the key and the fix, exit 2, nothing written."""
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(PACK.parent),
+            "--out",
+            str(out),
+            "--set",
+            "run.inference='central'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("harness: error:") and "Traceback" not in proc.stderr
+    assert "run.inference = 'central'" in proc.stderr and "--actors 2" in proc.stderr
+    assert not out.exists() or not any(out.iterdir()), "a refused start left a run behind"
