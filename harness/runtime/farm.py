@@ -38,7 +38,6 @@ import logging
 import os
 import socket
 import time
-import warnings
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,6 +65,7 @@ from harness.remote import (
 from harness.runtime.build import make_agent, make_envs
 from harness.runtime.collectors import Collector
 from harness.runtime.inference import InferenceLink, PolicyServer
+from harness.runtime.moved import old_paths
 from harness.runtime.spaces import env_info
 from harness.runtime.stepper import (
     STEP_FIELDS,
@@ -91,24 +91,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_MOVED = ("ACTOR_MEMORY_MB", "available_memory_mb", "check_actor_capacity")
-"""Names of the memory check, which moved to ``harness.runtime.build`` with the other checks
-made before a run starts."""
-
-
-def __getattr__(name: str) -> Any:
-    """The memory check's old paths (``harness.runtime.farm.ACTOR_MEMORY_MB``, ...): they still
-    work for one release, with a DeprecationWarning naming the new import."""
-    if name in _MOVED:
-        warnings.warn(
-            f"harness.runtime.farm.{name} is deprecated: import {name} from harness.runtime.build",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from harness.runtime import build
-
-        return getattr(build, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = old_paths(
+    __name__,
+    dict.fromkeys(
+        ("ACTOR_MEMORY_MB", "available_memory_mb", "check_actor_capacity"),
+        "harness.runtime.build",
+    ),
+)
+"""The memory check's old paths (``harness.runtime.farm.ACTOR_MEMORY_MB``, ...): it moved to
+``harness.runtime.build`` with the other checks made before a run starts."""
 
 
 MAX_RESTARTS_PER_ACTOR = 1000

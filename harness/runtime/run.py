@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import json
 import logging
 import math
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,6 +47,7 @@ from harness.runtime.build import discard_run_dir
 from harness.runtime.collectors import Collector, OfflineCollector, SerialCollector
 from harness.runtime.farm import FarmCollector
 from harness.runtime.inference import SERIAL
+from harness.runtime.moved import old_paths
 from harness.runtime.stepper import EnvFault, env_call, env_label
 from harness.version import __version__
 from harness.video import EpisodeRecorder
@@ -84,18 +83,9 @@ MOVED: dict[str, str] = {
 where they are imported from now: the public ``harness.runtime`` where they are public."""
 
 
-def __getattr__(name: str) -> Any:
-    """The old paths of :data:`MOVED` (``harness.runtime.run.Run``, the path the API reference
-    used to give, ``harness.runtime.run.load_agent``, ...): they still work for one release,
-    with a DeprecationWarning naming the new import."""
-    if name in MOVED:
-        warnings.warn(
-            f"harness.runtime.run.{name} is deprecated: import {name} from {MOVED[name]}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = old_paths(__name__, MOVED)
+"""The old paths of :data:`MOVED` (``harness.runtime.run.Run``, the path the API reference
+used to give, ``harness.runtime.run.load_agent``, ...), with a DeprecationWarning."""
 
 
 def train(
