@@ -234,7 +234,8 @@ def test_official_evaluation_protocol_from_the_cli(
     episode length (time_limit unset), the official score, fall rate and episode length printed
     and the protocol recorded. Both spellings resolve to the same config; a round the env has
     not is refused (exit 2, the rounds named, nothing recorded)."""
-    from harness.cli import _eval_config, _parser
+    from harness.cli import _parser
+    from harness.eval_cli import _eval_config
 
     pm, registry, config = _config([*TINY, f"run.out={tmp_path}", "run.total_steps=16"])
     result = _train(config, pm, registry)
