@@ -3,9 +3,9 @@
 * **Model** - the network. Built through a :class:`Backend` (``backend.mlp(...)``), so the same
   algorithm file serves every framework.
 * **Algorithm** - the loss and the update: tensors in, metrics out.
-* **Agent** - numpy in, numpy out, and the data flow outside the algorithm (exploration,
-  replay or rollout storage, when to update). ``sample`` / ``predict`` / ``observe`` / ``learn``
-  / ``save`` / ``restore``. Actors only call ``sample``; learners call ``observe`` and ``learn``.
+* **Agent** - the data flow outside the algorithm (replay or rollout storage, when to update):
+  ``observe`` / ``learn`` / ``save`` / ``restore``, and ``policy()``, the
+  :class:`~harness.policy.Policy` that acts (numpy in, numpy out; per-env state as rows).
 
 The :class:`Backend` protocol is the whole framework surface an algorithm may touch: tensor
 creation, a handful of ops, distributions, optimisers, weight copies and state. Tensors support
@@ -29,7 +29,8 @@ import numpy as np
 
 from harness.errors import CheckpointError
 from harness.numpy_nets import PolicyProgram
-from harness.policy import AgentPolicy, Policy
+from harness.policy import HeldActing, Policy, held_acting, hooks_policy
+from harness.policy import batch_size as batch_size  # (public here since before Policy)
 
 Tensor = Any
 """A framework tensor (``torch.Tensor``, ``paddle.Tensor``). Algorithms never inspect its type."""
@@ -509,14 +510,17 @@ class Agent(abc.ABC):
         self.updates = 0
         """Gradient steps taken so far."""
 
-    @abc.abstractmethod
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def sample(self, obs: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Exploratory actions for a batch of observations, plus per-step extras
-        (``log_prob``, ``value``) that ``observe`` will receive back."""
+        (``log_prob``, ``value``) that ``observe`` will receive back. Deprecated as a hook
+        (kept one release, :class:`~harness.policy.AgentPolicy`): implement :meth:`policy`.
+        The default acts through :meth:`policy` for one fixed set of envs (callers that drive
+        an agent directly)."""
+        return _held(self).act(obs, explore=True)
 
-    @abc.abstractmethod
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy actions for evaluation."""
+    def predict(self, obs: Any) -> Any:
+        """Greedy actions for evaluation; deprecated as a hook like :meth:`sample`."""
+        return _held(self).act(obs, explore=False)[0]
 
     @abc.abstractmethod
     def observe(self, transition: Transition) -> None:
@@ -526,37 +530,28 @@ class Agent(abc.ABC):
     def learn(self) -> dict[str, float]:
         """Update if enough data is there; namespaced metrics (empty when nothing happened)."""
 
+    # -- the acting hooks of agents without a policy of their own (deprecated, one release:
+    # harness.policy.AgentPolicy and the policy server's by-row path still call them) --------
     @property
     def per_env_acting_state(self) -> bool:
-        """True when :meth:`sample` depends on state kept per env between calls (a recurrent
-        policy's hidden state, an ES perturbation or a DDPG ensemble head per episode, reset in
-        :meth:`episodes_ended`). Such an agent acts for one fixed set of envs, so a policy
-        server batching whichever actors' envs are waiting (``run.inference = 'central'``)
-        refuses it. Override it where that holds; a pure function of the observations, the
-        weights, :attr:`rng` and :attr:`env_steps` (PPO, IMPALA, DQN, SAC) keeps False; an
-        agent that can keep that state for many envs by row says so in :attr:`acts_by_rows`."""
+        """True when :meth:`sample` depends on state kept per env between calls (reset in
+        :meth:`episodes_ended`): a policy server (``run.inference = 'central'``) then
+        refuses the agent unless :attr:`acts_by_rows`. A :class:`~harness.policy.Policy`
+        keeps such state as rows instead, and is served by rows without these flags."""
         return False
 
     @property
     def acts_by_rows(self) -> bool:
-        """True when this agent's per-env acting state can be kept for a fixed set of rows
-        (every env of a farm) and any subset of them acted for at a time: a policy server
-        (``run.inference = 'central'``) then calls :meth:`sample_rows` and :meth:`rows_ended`
-        instead of ``sample`` and ``episodes_ended``, so an agent with
-        :attr:`per_env_acting_state` (recurrent PPO and IMPALA) is served too. A replaced
-        server carries the rows' state to its new agent through :meth:`data_state` /
-        :meth:`load_data_state`, so keep it there. False (the default): the server calls
-        ``sample`` as it always did."""
+        """True when the policy server may call :meth:`sample_rows` / :meth:`rows_ended`
+        for any rows of a fixed set of envs (their state carried to a replaced server's
+        agent through :meth:`data_state` / :meth:`load_data_state`)."""
         return False
 
     def sample_rows(
         self, obs: np.ndarray, rows: slice | np.ndarray, num_rows: int
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """:meth:`sample` for rows ``rows`` (a slice or sorted row indices) of ``num_rows``
-        envs, ``obs[j]`` being row ``rows[j]``'s observation: exactly what ``sample`` on those
-        envs alone would give (actions, extras), using and advancing only those rows' state
-        (rows never acted for start from a fresh episode's). Only called when
-        :attr:`acts_by_rows`; the default serves agents without per-env state."""
+        """:meth:`sample` for rows ``rows`` (a slice or sorted indices) of ``num_rows`` envs,
+        using and advancing only those rows' state (only called when :attr:`acts_by_rows`)."""
         if self.per_env_acting_state:
             raise NotImplementedError(
                 f"{self.name} keeps per-env acting state: override sample_rows"
@@ -564,37 +559,37 @@ class Agent(abc.ABC):
         return self.sample(obs)
 
     def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:  # noqa: B027 - optional
-        """:meth:`episodes_ended` by row: the episodes of rows ``rows`` (row indices) of
-        ``num_rows`` envs ended, or those envs are new (a replaced farm actor's), before their
-        next :meth:`sample_rows`: their state resets."""
+        """:meth:`episodes_ended` by row: rows ``rows`` of ``num_rows`` envs start over."""
 
-    def episodes_ended(self, mask: np.ndarray) -> None:  # noqa: B027 - optional
-        """Called by whoever steps the envs (a serial run or a farm actor) after a vector step
-        in which the episodes of the envs in boolean ``mask`` ended, before the next
-        ``sample``: per-env acting state (a recurrent state, an ES perturbation) resets here."""
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        """Called by whoever steps the envs after a vector step in which the episodes of the
+        envs in boolean ``mask`` ended, before the next ``sample`` (deprecated hook, as
+        :meth:`sample`: a :class:`~harness.policy.Policy` resets its state rows itself)."""
+        held = held_acting(self)
+        if held is not None:
+            held.ended(mask, explore=True)
 
-    def predict_episodes_ended(self, mask: np.ndarray) -> None:  # noqa: B027 - optional
-        """The same for :meth:`predict`: called by the evaluation loop before the first
-        ``predict`` (all envs) and after each vector step in which the episodes of the envs in
-        ``mask`` ended. Only an agent whose greedy policy keeps per-env state (a recurrent
-        one, e.g. QMIX with GRU agents) needs it."""
+    def predict_episodes_ended(self, mask: np.ndarray) -> None:
+        """The same for :meth:`predict` (deprecated hook, as :meth:`sample`)."""
+        held = held_acting(self)
+        if held is not None:
+            held.ended(mask, explore=False)
 
     def policy(self) -> Policy:
         """What acts for this agent (:class:`harness.policy.Policy`): the serial and farm
-        steppers, evaluation and export act through it and nothing else. Default: an
-        :class:`~harness.policy.AgentPolicy` over the hooks above; an algorithm with a policy
-        of its own (explicit per-env state, loaded from weights) returns it here."""
-        return AgentPolicy(self)
+        steppers, the policy server, evaluation and export act through it and nothing else.
+        Override it to return the algorithm's policy. The default, for agents written before
+        ``Policy`` (deprecated, one release, with a ``DeprecationWarning``): an
+        :class:`~harness.policy.AgentPolicy` over the acting hooks above."""
+        return hooks_policy(self)
 
     def policy_program(self) -> PolicyProgram | None:
-        """Optional: the greedy policy, what :meth:`predict` computes from env observations to
-        env actions, as data (a :class:`harness.numpy_nets.PolicyProgram`: observation
-        standardisation, the layers of the numpy copies acting uses, the output transform),
-        for ``harness export`` to write as a framework-free ONNX graph. Describe the copies
-        ``predict`` really uses, with their current weights; a recurrent policy's state is the
-        one :meth:`predict_episodes_ended` zeroes. None (the default): this agent cannot be
-        exported. An agent that can in general but not as configured raises
-        :class:`harness.errors.IncompatibleError` saying which key to change."""
+        """Optional (what :meth:`harness.policy.Policy.program` gives): the greedy policy as
+        data (a :class:`harness.numpy_nets.PolicyProgram`: observation standardisation, the
+        layers of the numpy copies acting uses with their current weights, the output
+        transform) for ``harness export``'s framework-free ONNX graph; a recurrent policy
+        starts from its initial state. None (the default): not exportable; an agent that
+        can be but not as configured raises :class:`harness.errors.IncompatibleError`."""
         return None
 
     def load_data(self) -> None:  # noqa: B027 - optional
@@ -655,6 +650,7 @@ class Agent(abc.ABC):
         needs no replay). Provided; it calls :meth:`Algorithm.load_state`, which must refresh
         the acting copies."""
         payload = self.backend.load(directory / f"agent.{self.backend.name}")
+        self.__dict__.pop("_held_acting", None)  # (sample/predict callers: new episodes)
         self.algorithm.load_state(payload["algorithm"])
         self.load_extra_state(payload.get("extra", {}))
         self.backend.set_rng_state(payload["rng"])
@@ -670,6 +666,16 @@ class Agent(abc.ABC):
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load what :meth:`weights` returned (farm actors, each new version)."""
         self.algorithm.set_policy_weights(weights)
+
+
+def _held(agent: Agent) -> HeldActing:
+    held = held_acting(agent)
+    if held is None:
+        raise NotImplementedError(
+            f"{type(agent).__name__} acts through neither a policy of its own (override "
+            "Agent.policy() to return a harness.policy.Policy) nor sample()/predict()"
+        )
+    return held
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -704,13 +710,6 @@ def team_reward(rewards: Any) -> np.ndarray:
     if isinstance(rewards, Mapping):
         return np.asarray(np.sum([np.asarray(r, np.float64) for r in rewards.values()], axis=0))
     return np.asarray(rewards)
-
-
-def batch_size(obs: Any) -> int:
-    """The number of envs (rows) of an observation batch, single- or multi-agent."""
-    if isinstance(obs, Mapping):
-        return len(next(iter(obs.values())))
-    return len(obs)
 
 
 def schedule_value(start: float, end: float, progress: float, span: float = 1.0) -> float:

@@ -23,6 +23,7 @@ overriding ``Agent.policy()``; the acting hooks then stop being called.
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -31,7 +32,17 @@ import numpy as np
 if TYPE_CHECKING:
     from harness.numpy_nets import PolicyProgram
 
-__all__ = ["ActingHooks", "AgentPolicy", "Policy", "State", "as_policy"]
+__all__ = [
+    "ActingHooks",
+    "AgentPolicy",
+    "HeldActing",
+    "Policy",
+    "State",
+    "as_policy",
+    "held_acting",
+    "hooks_policy",
+    "own_policy",
+]
 
 State = dict[str, np.ndarray]
 """A policy's per-env state: one array per key, its first axis the rows (envs) it acts for."""
@@ -162,3 +173,82 @@ def as_policy(actor: object) -> Policy:
         if isinstance(policy, Policy):
             return policy
     return AgentPolicy(cast(ActingHooks, actor))
+
+
+class HeldActing:
+    """The old single-caller acting API over a :class:`Policy`: ``Agent.sample`` /
+    ``predict`` / ``episodes_ended`` / ``predict_episodes_ended`` of an agent that acts through
+    a policy of its own (deprecated callers: tests and scripts that drive an agent directly).
+    It keeps one state per mode for one fixed set of envs, here instead of in the caller; a
+    batch of another size starts from fresh state."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.states: dict[bool, State] = {}
+        """The state of the envs acted for, per mode (``explore`` True / False)."""
+
+    def _state(self, rows: int, explore: bool) -> State:
+        state = self.states.get(explore)
+        if state is None or any(len(v) != rows for v in state.values()):
+            state = self.policy.initial_state(rows)
+        return state
+
+    def act(self, obs: Any, *, explore: bool) -> tuple[Any, dict[str, np.ndarray]]:
+        """The policy's actions and extras for ``obs``, from and to the kept state."""
+        state = self._state(batch_size(obs), explore)
+        actions, extras, self.states[explore] = self.policy.act(obs, state, explore=explore)
+        return actions, extras
+
+    def ended(self, mask: np.ndarray, *, explore: bool) -> None:
+        """The episodes of the rows in ``mask`` ended: the policy resets their state."""
+        state = self._state(len(mask), explore)
+        self.states[explore] = self.policy.reset(state, np.asarray(mask, bool), explore=explore)
+
+
+_WARNED: set[type] = set()
+
+
+def hooks_policy(agent: Any) -> AgentPolicy:
+    """The default ``Agent.policy()``: the :class:`AgentPolicy` over an agent written before
+    :class:`Policy`, with a ``DeprecationWarning`` (once per class) naming the replacement."""
+    cls = type(agent)
+    if cls not in _WARNED:
+        _WARNED.add(cls)
+        warnings.warn(
+            f"{cls.__module__}.{cls.__qualname__} acts through its Agent.sample/predict hooks, "
+            "deprecated: harness.policy.AgentPolicy adapts them for this release only. Return "
+            "a harness.policy.Policy from Agent.policy() instead (docs/plugins.md, 'Acting: "
+            "Policy').",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return AgentPolicy(agent)
+
+
+def held_acting(agent: Any) -> HeldActing | None:
+    """``agent``'s :class:`HeldActing` (made once, kept on the agent), or None when the agent
+    acts through its own hooks (its ``policy()`` is the :class:`AgentPolicy` over itself)."""
+    held = agent.__dict__.get("_held_acting", False)
+    if held is False:
+        policy = own_policy(agent)
+        held = None if policy is None else HeldActing(policy)
+        agent.__dict__["_held_acting"] = held
+    return cast(HeldActing | None, held)
+
+
+def own_policy(agent: Any) -> Policy | None:
+    """``agent.policy()`` when it is a policy of the agent's own, None when it is the
+    :class:`AgentPolicy` over the agent's acting hooks (an agent written before
+    :class:`Policy`)."""
+    policy: Policy = agent.policy()
+    if isinstance(policy, AgentPolicy) and policy.hooks is agent:
+        return None
+    return policy
+
+
+def batch_size(obs: Any) -> int:
+    """The number of envs (rows) of an observation batch, single- or multi-agent (also
+    ``harness.api.batch_size``)."""
+    if isinstance(obs, Mapping):
+        return len(next(iter(obs.values())))
+    return len(obs)

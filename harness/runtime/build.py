@@ -40,7 +40,7 @@ from harness.rundir import (
     estimate_checkpoint_bytes,
     lock_run_dir,
 )
-from harness.runtime.inference import ActingPlan, plan_acting
+from harness.runtime.acting import ActingPlan, plan_acting
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
 from harness.tracking import MetricsRouter, Tracker
@@ -544,7 +544,7 @@ def _make_agent_and_envs(
 ) -> tuple[Any, Agent, EnvInfo, ActingPlan]:
     """The run's envs (with remote actors, one local env that describes the spaces), a fresh
     agent for them, refused before anything is allocated where it cannot fit, and where it
-    acts (:func:`~harness.runtime.inference.plan_acting`: ``run.inference`` decided once)."""
+    acts (:func:`~harness.runtime.acting.plan_acting`: ``run.inference`` decided once)."""
     farm = config.run.actors > 0
     envs = make_envs(config, registry, 1 if farm else config.run.num_envs, seed=None)
     try:

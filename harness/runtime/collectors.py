@@ -52,8 +52,8 @@ class SerialCollector(Collector):
             label=env_label(run.config.run.env, run.registry),
             env_steps=run.step,
         )
-        if run.step > 0:  # resumed: fresh episodes, so the per-env acting state restored
-            # with the agent (a recurrent state, an ES perturbation) starts over with them
+        if run.step > 0:  # resumed: fresh episodes. A policy's state rows start over with
+            # the stepper; an agent written before Policy keeps them itself: reset them there
             run.agent.episodes_ended(np.ones(self.stepper.n, bool))
 
     def collect(self, run: Run, finished: list[Episode]) -> None:

@@ -51,6 +51,7 @@ from harness.config import Config
 from harness.cpus import cpu_share
 from harness.errors import ConfigError, HarnessError
 from harness.plugins import PluginSelection, collect_registry, make_plugin_manager
+from harness.policy import Policy, as_policy
 from harness.remote import (
     ActorLost,
     ActorOptions,
@@ -136,8 +137,10 @@ def server_config(config: Config) -> Config:
 
 
 class RolloutActor:
-    """Lives in an actor process: a shard of the envs plus a policy-only copy of the agent,
-    or, with central inference (``link``), a stand-in that asks the learner's policy server.
+    """Lives in an actor process: a shard of the envs plus the policy of an acting copy of the
+    agent (:class:`harness.policy.Policy`: the stepper keeps its state rows, each broadcast
+    is ``load``-ed into it), or, with central inference (``link``), a stand-in that asks the
+    learner's policy server.
     ``plugins`` is the learner's plugin selection (its ``-p`` flags and autoload switch):
     the actor loads exactly those plugins, whatever its own process environment says."""
 
@@ -159,9 +162,11 @@ class RolloutActor:
         # the policy server's stand-in (shared memory here, the transport's for remote actors)
         self.central = link.attach(index) if link is not None else None
         self.agent: Agent | None = None
+        self.policy: Policy | None = None
         if self.central is None:
             self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
             self.agent.rng = np.random.default_rng([seed, index])
+            self.policy = as_policy(self.agent)
         label = f"{env_label(config.run.env, registry)} in farm actor {index}"
         self.stepper = EnvStepper(self.envs, seed, label=label)
         self.index = index
@@ -169,9 +174,9 @@ class RolloutActor:
         self._ended = 0.0  # when the last rollout ended (perf_counter)
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
-        if self.agent is None:
+        if self.agent is None or self.policy is None:
             raise HarnessError("an actor with central inference holds no weights")
-        self.agent.set_weights(weights)
+        self.policy.load(weights, version)
         self.agent.env_steps = env_steps  # exploration schedules follow the learner
         self.stepper.env_steps = env_steps  # (the step a fault names)
         self.version = version
@@ -192,8 +197,8 @@ class RolloutActor:
             chunk = self.stepper.rollout(self.central, steps, finished)
             self.version = self.central.oldest_version  # the oldest weights that acted
         else:
-            assert self.agent is not None
-            chunk = self.stepper.rollout(self.agent, steps, finished)
+            assert self.agent is not None and self.policy is not None
+            chunk = self.stepper.rollout(self.policy, steps, finished)
             self.agent.env_steps += steps * self.stepper.n
         self._ended = time.perf_counter()
         chunk.update(

@@ -3,16 +3,18 @@
 Per-actor acting (``"actor"``, the default) runs a copy of the policy in every actor, one
 small batch (that actor's envs) at a time. With central inference the actors only step their
 envs; a :class:`PolicyServer` in the learner process holds the one acting copy of the agent,
-gathers the observations of every actor that is waiting, runs ONE ``agent.sample`` over them
+gathers the observations of every actor that is waiting, runs ONE ``Policy.act`` over them
 and hands each actor its rows of the actions and extras (behaviour log-probs included, so
 V-trace corrects for the policy that really acted). Sample Factory's policy workers and SEED
 RL's central inference, as an option of the same farm. Which of the two a run has (or that
-it has no farm) is decided once, at build time, into an :class:`ActingPlan`
-(:func:`plan_acting`, whose refusals are start-up checks); the farm and the server read it::
+it has no farm) is decided once, at build time, into an ``ActingPlan``
+(``harness.runtime.acting.plan_acting``, whose refusals are start-up checks); the farm and
+the server read it::
 
     actor 0 (envs 0-3) --obs--> [ obs rows 0-3 ] --+
-    actor 1 (envs 4-7) --obs--> [ obs rows 4-7 ] --+--> agent.sample(batch) --> [actions,
-    ...                                                 (policy server thread)    extras]
+    actor 1 (envs 4-7) --obs--> [ obs rows 4-7 ] --+--> policy.act(batch, state rows)
+    ...                                                 (policy server thread)
+                                                         --> [actions, extras]
     actor i <-- its rows of actions/extras, woken by one byte on its reply FIFO ---------+
 
 How the parts talk (all on this host; actors on other hosts reach the same arrays through
@@ -43,21 +45,20 @@ writes their requests into their rows exactly as a local actor does):
 - **Exploration state** lives with the server's agent: its ``rng``, ``env_steps`` (set from
   the learner's with each version, advanced by each batch: epsilon schedules follow the
   learner as on per-actor actors).
-- **Per-env acting state** (a recurrent policy's hidden state) lives with the server's agent
-  too, one row per env of the farm, for agents that keep it by row
-  (:attr:`~harness.api.Agent.acts_by_rows`: recurrent PPO and IMPALA): the server calls
-  ``sample_rows(obs, rows, num_envs)`` with the batch's rows, so each env's state is used
-  and advanced only by its own steps, whichever actors share a batch. An actor's
-  ``episodes_ended`` sets its rows' flags in ``ended``; the server resets those rows
-  (``rows_ended``) before it samples them and clears the flags (the actor writes them only
-  while it has no request open, so the two never race). A new actor in a slot (a replaced
-  one: fresh envs) writes its first request's sequence number to ``control``; the server
-  resets all its rows when it answers that request, not before (a predecessor's stale
-  request may still be answered first, by sequence number as always). A replaced server
-  carries the states over to its new agent (``data_state`` / ``load_data_state``). Agents
-  with per-env state kept otherwise (ES perturbations, a DDPG ensemble head per env, QMIX,
-  R2D2) are refused (:func:`central_refusal`): one batch over whichever actors are waiting
-  would mix their envs up.
+- **Per-env acting state** (a :class:`~harness.policy.Policy`'s state rows: a recurrent
+  hidden state, correlated noise) lives in the server, one array per state key with a row
+  per env of the farm (``PolicyServer.state``): a batch acts on its rows only, so each env's
+  state is used and advanced by its own steps, whichever actors share a batch, and written
+  back last (a failed batch leaves them as they were; a replacement agent's policy goes on
+  from them). An actor's episode ends set its rows' flags in ``ended``; the server resets
+  those rows (``Policy.reset``) before it acts for them and clears the flags (the actor
+  writes them only while it has no request open, so the two never race). A new actor in a
+  slot (a replaced one: fresh envs) writes its first request's sequence number to
+  ``control``; the server resets all its rows when it answers that request, not before (a
+  predecessor's stale request may still be answered first, by sequence number as always).
+  An agent written before ``Policy`` is served through ``sample``, or by row through
+  ``sample_rows`` / ``rows_ended`` (:attr:`~harness.api.Agent.acts_by_rows`); one with other
+  per-env state is refused (:func:`central_refusal`).
 
 - **Gathering** (``run.inference_wait_ms``): once a request arrived, the server may wait a
   little for more (until every actor's is in) before the batch: fewer wake-ups of the
@@ -87,8 +88,8 @@ from typing import Any
 import numpy as np
 
 from harness.api import Agent
-from harness.config import Config
-from harness.errors import ConfigError, HarnessError
+from harness.errors import HarnessError
+from harness.policy import Policy, State, own_policy
 
 log = logging.getLogger(__name__)
 
@@ -100,146 +101,6 @@ _STOP = np.int32(-1).tobytes()
 """The record that tells the server thread to end."""
 MAX_SERVER_RESTARTS = 100
 """A policy server that fails more often than this stops the run with its error."""
-AUTO_MIN_ACTORS = 128
-"""``run.inference = "auto"`` serves a farm centrally from this many actors on (measured:
-DQN on 64 actors of a 20 ms env 94.1% of the ideal per actor against 81.5% central; on 256,
-29.9% against 57.2%; see :func:`choose_central`)."""
-
-
-# ------------------------------------------------------------------------------------------
-# the acting plan: decided once, at build time, with its refusals and the auto rule
-
-
-def central_refusal(agent: Agent) -> str | None:
-    """Why ``agent``'s ``sample`` cannot be batched over the rows of whichever actors are
-    waiting, or None when it can: a pure function of the observations, the agent's ``rng``,
-    its weights and ``env_steps``; an agent with per-env acting state says so
-    (:attr:`harness.api.Agent.per_env_acting_state`) and is served only when it keeps that
-    state by row (:attr:`harness.api.Agent.acts_by_rows`)."""
-    if agent.env_info.multi_agent:
-        return (
-            "its env is multi-agent (agent-keyed observation batches are not served centrally yet)"
-        )
-    if agent.per_env_acting_state and not agent.acts_by_rows:
-        return (
-            f"{agent.name} keeps acting state per env between steps (Agent.per_env_acting_state: "
-            "an ES perturbation, a DDPG ensemble head per episode, a recurrent Q-network's "
-            "state), which one batch over whichever actors are waiting would mix up, and it "
-            "cannot keep that state by row on the server (Agent.acts_by_rows, as recurrent "
-            "PPO and IMPALA do)"
-        )
-    return None
-
-
-@dataclass(frozen=True)
-class ActingPlan:
-    """Where a run's actions are computed, decided once at build time (:func:`plan_acting`,
-    among the start-up checks) and read by the rest of the run (``Run.acting``): the train
-    loop's choice of collector, the farm's actors and its policy server."""
-
-    where: str
-    """:data:`SERIAL` (no farm: this process acts for its own envs), :data:`PER_ACTOR` (each
-    farm actor acts with its own copy of the policy) or :data:`CENTRAL` (a policy server in
-    this process acts for every actor in batches)."""
-    why: str
-    """Why (``run.inference`` and, for ``'auto'``, its rule's reason), logged at start-up."""
-    by_rows: bool = False
-    """Central: the server keeps the agent's per-env acting state by row
-    (:attr:`~harness.api.Agent.acts_by_rows`), so actors report their episode ends."""
-    wait_s: float = 0.0
-    """Central: how long a batch waits for more requests (``run.inference_wait_ms``)."""
-    relay: bool = False
-    """Central with remote actors (``run.cluster``): they reach the server through their
-    transport's relay (:class:`harness.remote.SupportsRemoteInference`)."""
-
-    @property
-    def central(self) -> bool:
-        """True when a policy server acts for the farm."""
-        return self.where == CENTRAL
-
-
-SERIAL, PER_ACTOR, CENTRAL = "serial", "actor", "central"
-"""The values of :attr:`ActingPlan.where`."""
-
-NO_FARM = ActingPlan(SERIAL, "run.actors = 0: no farm")
-"""The plan of a serial run (``run.actors = 0``)."""
-
-
-def plan_acting(config: Config, agent: Agent) -> ActingPlan:
-    """The run's :class:`ActingPlan` for ``config`` (with a concrete ``run.actors``) and its
-    ``agent``; refuses, before anything is written, a ``run.inference`` the run cannot have:
-    'central' without a farm, or for an agent one batch cannot serve."""
-    run = config.run
-    if run.actors <= 0:
-        if run.inference == "central":
-            raise ConfigError(
-                f"run.inference = 'central' batches the actions of a farm's actors, but "
-                f"run.actors = {run.actors}: the envs step in this process, which acts with one "
-                "batch already. Set run.actors (e.g. --actors 2), or leave run.inference = "
-                "'actor'."
-            )
-        return NO_FARM
-    central, why = choose_central(config, agent)
-    if not central:
-        return ActingPlan(PER_ACTOR, why)
-    reason = central_refusal(agent)  # ('auto' never picks a refused agent: 'central' only)
-    if reason is not None:
-        raise ConfigError(
-            f"run.inference = 'central' cannot serve algorithm {run.algo!r}: {reason}. "
-            "Set run.inference = 'actor' (or 'auto', which picks it for this algorithm)."
-        )
-    return ActingPlan(
-        CENTRAL,
-        why,
-        by_rows=agent.per_env_acting_state and agent.acts_by_rows,
-        wait_s=run.inference_wait_ms / 1000,
-        relay=bool(run.cluster),
-    )
-
-
-def choose_central(config: Config, agent: Agent) -> tuple[bool, str]:
-    """Whether a farm of ``config`` acts centrally, and why (logged at start-up): the rule
-    :func:`plan_acting` applies to a farm (``run.actors > 0``).
-
-    ``auto``'s rule, from side-by-side runs on the 2-core dev VM (docs/distributed.md, "When
-    each wins", has the numbers and commands): many actors go central (one batched forward
-    instead of one per actor, no framework in hundreds of processes: DQN on 256 actors of a
-    20 ms env delivered 57.2% of the ideal central against 29.9% per actor in one run); few
-    actors act per actor, image policies included: the server's forward runs on one thread
-    while the actors' run on every core, and a batch of ~5 rows saves little (IMPALA on Pong,
-    2 actors x 4 envs: 38.4% against 28.2% of the plain envs with the float CNN, 44.0%
-    against 33.0% with the int8 copy, the CPU per frame equal within 4%); DQN on 64 actors
-    was 94.1% per actor against 81.5% central. An image policy with a learner on a GPU
-    (``run.inference_device = 'learner'``) goes central whatever the count: the CNN's batched
-    forward then runs on the GPU instead of on every actor's CPU (SEED RL's design; not yet
-    measured here, tools/gpu_check.sh does where a GPU is lent)."""
-    run = config.run
-    if run.inference == "actor":
-        return False, "run.inference = 'actor'"
-    if run.inference == "central":
-        return True, "run.inference = 'central'"
-    if run.cluster:
-        return False, (
-            "auto: remote actors (run.cluster) act with their own copies (central over the "
-            "network costs a round trip per vector step; set run.inference = 'central' to have it)"
-        )
-    reason = central_refusal(agent)
-    if reason is not None:
-        return False, f"auto: the agent cannot be batched centrally ({reason})"
-    device = str(agent.backend.device)
-    image = len(agent.env_info.observation.shape) >= 2
-    if run.inference_device == "learner" and device != "cpu" and image:
-        return True, (
-            f"auto: an image policy and a learner on {device}: the farm's forward batched there "
-            "(actors would run the CNN on the CPU)"
-        )
-    if run.actors >= AUTO_MIN_ACTORS:
-        return True, f"auto: {run.actors} actors (>= {AUTO_MIN_ACTORS}) share one batched policy"
-    return False, (
-        f"auto: {run.actors} actors (< {AUTO_MIN_ACTORS}) act faster with their own copies "
-        "(their forwards run on every core, a server's on one thread)"
-    )
-
 
 # ------------------------------------------------------------------------------------------
 # the shared arrays
@@ -423,6 +284,8 @@ class PolicyServer:
         self.wait_s = wait_s
         """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
         self.agent = make_agent()
+        self.policy: Policy | None = own_policy(self.agent)
+        """The agent's policy (None: an agent acting through ``sample``, served through it)."""
         self.device = str(self.agent.backend.device)
         """Where the acting agent's framework forward runs (``run.inference_device``)."""
         self.by_rows = by_rows
@@ -430,6 +293,9 @@ class PolicyServer:
         info = self.agent.env_info
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         rows = int(self.offsets[-1])
+        self.state: State = {} if self.policy is None else self.policy.initial_state(rows)
+        """The policy's state rows of every env of the farm (the server's, not the agent's:
+        a replacement agent's policy goes on from them)."""
         obs_shape = tuple(info.observation.shape)
         obs_dtype = np.dtype(info.observation.dtype)
         actions, extras = self._probe(np.zeros((1, *obs_shape), obs_dtype))
@@ -478,7 +344,11 @@ class PolicyServer:
         extras. The agent's generator is put back, so the probe draws nothing for real."""
         state = self.agent.rng.bit_generator.state
         try:
-            actions, extras = self.agent.sample(obs)
+            if self.policy is None:
+                actions, extras = self.agent.sample(obs)
+            else:
+                one = self.policy.initial_state(1)
+                actions, extras, _ = self.policy.act(obs, one, explore=True)
         finally:
             self.agent.rng.bit_generator.state = state
         return np.asarray(actions), {k: np.asarray(v) for k, v in extras.items()}
@@ -552,7 +422,8 @@ class PolicyServer:
         old = self.agent
         self.agent = self._make_agent()
         self.agent.rng.bit_generator.state = old.rng.bit_generator.state
-        if self.by_rows:
+        self.policy = own_policy(self.agent)  # (acts on from self.state: nothing to carry)
+        if self.by_rows and self.policy is None:
             self._carry_rows(old)
         with self._lock:
             if self._pending is None and self._current is not None:
@@ -621,7 +492,13 @@ class PolicyServer:
         rows = batch_rows(self.offsets, ids)
         obs = a.obs[rows]
         start = time.perf_counter()
-        if self.by_rows:
+        after: State = {}
+        if self.policy is not None:
+            state = {key: value[rows] for key, value in self.state.items()}
+            if self.by_rows:
+                state = self._reset_rows(ids, asked, rows, state)
+            actions, extras, after = self.policy.act(obs, state, explore=True)
+        elif self.by_rows:
             self._rows_ended(ids, asked, rows)
             actions, extras = self.agent.sample_rows(obs, rows, len(a.ended))
         else:
@@ -631,6 +508,8 @@ class PolicyServer:
         a.actions[rows] = actions
         for name, value in extras.items():
             a.extras[name][rows] = value
+        for key, value in after.items():  # last: a failed batch leaves the rows as they were
+            self.state[key][rows] = value
         self._batches += 1  # (before the answers: an actor may read the stats at once)
         self._rows += len(obs)
         self._cpu_now = time.thread_time()
@@ -640,10 +519,12 @@ class PolicyServer:
             with contextlib.suppress(BlockingIOError):  # a full FIFO: its reader has the news
                 os.write(self._replies[i], b"\0")
 
-    def _rows_ended(self, ids: np.ndarray, asked: np.ndarray, rows: slice | np.ndarray) -> None:
-        """Reset the state of the batch's rows (actors ``ids``, answering requests ``asked``)
-        whose episodes ended, and of every row of an actor answered for its first request
-        (fresh envs), before they are sampled; clear the flags."""
+    def _ended_rows(
+        self, ids: np.ndarray, asked: np.ndarray, rows: slice | np.ndarray
+    ) -> tuple[np.ndarray, Callable[[], None]]:
+        """Which of the batch's rows (actors ``ids``, answering requests ``asked``) start
+        over before they are acted for: those whose episodes ended, and every row of an
+        actor answered for its first request (fresh envs); and what clears their flags."""
         a = self.arrays
         started = a.control[ids, STARTED]
         fresh = (started > self._started[ids]) & (asked >= started)
@@ -651,12 +532,37 @@ class PolicyServer:
         if fresh.any():
             widths = self.offsets[ids + 1] - self.offsets[ids]
             flags |= np.repeat(fresh, widths)
+
+        def clear() -> None:
+            a.ended[rows] = 0
+            self._started[ids[fresh]] = started[fresh]
+
+        return flags, clear
+
+    def _reset_rows(
+        self, ids: np.ndarray, asked: np.ndarray, rows: slice | np.ndarray, state: State
+    ) -> State:
+        """The batch's ``state`` with the rows that start over reset by the policy (the
+        flags cleared: the reset state is written back with the batch's next state)."""
+        flags, clear = self._ended_rows(ids, asked, rows)
+        if not flags.any():
+            return state
+        assert self.policy is not None
+        state = self.policy.reset(state, flags, explore=True)
+        for key, value in state.items():  # (before the flags go: a failed act loses nothing)
+            self.state[key][rows] = value
+        clear()
+        return state
+
+    def _rows_ended(self, ids: np.ndarray, asked: np.ndarray, rows: slice | np.ndarray) -> None:
+        """An agent acting through ``sample_rows``: reset the rows that start over
+        (:meth:`_ended_rows`) through its ``rows_ended``; clear the flags."""
+        flags, clear = self._ended_rows(ids, asked, rows)
         if not flags.any():
             return
         index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
-        self.agent.rows_ended(index[flags], len(a.ended))
-        a.ended[rows] = 0
-        self._started[ids[fresh]] = started[fresh]
+        self.agent.rows_ended(index[flags], len(self.arrays.ended))
+        clear()
 
     def _load_weights(self) -> None:
         with self._lock:
@@ -664,7 +570,10 @@ class PolicyServer:
         if pending is None:
             return
         version, weights, env_steps = pending
-        self.agent.set_weights(weights)
+        if self.policy is not None:
+            self.policy.load(weights, version)
+        else:
+            self.agent.set_weights(weights)
         self.agent.env_steps = env_steps  # exploration schedules follow the learner
         self.version = version
         self._current = pending

@@ -43,10 +43,10 @@ from harness.rundir import (
 # its old path would not warn)
 from harness.runtime import build, stepper
 from harness.runtime import state as run_state
+from harness.runtime.acting import SERIAL
 from harness.runtime.build import discard_run_dir
 from harness.runtime.collectors import Collector, OfflineCollector, SerialCollector
 from harness.runtime.farm import FarmCollector
-from harness.runtime.inference import SERIAL
 from harness.runtime.moved import old_paths
 from harness.runtime.stepper import EnvFault, env_call, env_label
 from harness.version import __version__

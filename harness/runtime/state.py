@@ -21,8 +21,8 @@ from harness.errors import CheckpointError, ConfigError
 from harness.plugins import HarnessPluginManager
 from harness.registry import Registry
 from harness.rundir import RunLock
+from harness.runtime.acting import NO_FARM, ActingPlan
 from harness.runtime.collectors import Collector
-from harness.runtime.inference import NO_FARM, ActingPlan
 from harness.runtime.stepper import configure_envs
 from harness.tracking import MetricsRouter
 
@@ -138,7 +138,7 @@ class Run:
     """Set when the process got SIGTERM (``train`` in the main thread): the run ends after this
     iteration with a checkpoint, skipping the final evaluation."""
     # where the run's actions are computed: run.inference decided once at build time
-    # (harness.runtime.inference.plan_acting), read by the collector and the farm (a comment,
+    # (harness.runtime.acting.plan_acting), read by the collector and the farm (a comment,
     # not a docstring: the plan is the runtime's own, not part of the API reference)
     acting: ActingPlan = NO_FARM
     collector: Collector | None = None

@@ -370,7 +370,10 @@ def _differs(a: Any, b: Any, tol: float = 1e-5) -> str | None:
 
 
 def _samples(agent: Any, obs: Any, draws: int = 8) -> Any:
-    """Several sample() calls in a row, so a lucky match of random actions is unlikely."""
+    """Several sample() calls in a row, so a lucky match of random actions is unlikely, from
+    new episodes (per-env acting state is whoever steps the envs': a resumed run starts new
+    episodes, and so does this)."""
+    agent.episodes_ended(np.ones(batch_size(obs), bool))
     draws_ = [agent.sample(obs)[0] for _ in range(draws)]
     if isinstance(draws_[0], Mapping):
         return {a: np.stack([d[a] for d in draws_]) for a in draws_[0]}

@@ -41,8 +41,9 @@ def check_policy(
     steps, so per-row state is exercised), whose explicit state is not changed in place and
     round-trips (a copy acts like the original), and which, taken from ``actor`` (an agent of
     another seed) after it acted and given the learner's weights with ``load``, acts like the
-    learner's: not a stale copy. ``batches``: two observation batches of the same rows;
-    ``differs(a, b)`` says how greedy actions ``a`` differ from ``b`` (None: they agree)."""
+    learner's: not a stale copy; rows it resets act as new envs' rows. ``batches``: two
+    observation batches of the same rows; ``differs(a, b)`` says how greedy actions ``a``
+    differ from ``b`` (None: they agree)."""
     policy = learner.policy()
     _check(
         isinstance(policy, Policy),
@@ -66,6 +67,7 @@ def check_policy(
                 )
     if not isinstance(policy, AgentPolicy):  # (the adapter keeps its state in the agent)
         _check_state(policy, batches, who, differs)
+        _check_reset(policy, batches, who, differs)
     _check_load(learner, actor, batches, who, differs)
 
 
@@ -82,6 +84,27 @@ def _check_state(policy: Policy, batches: list[Any], who: str, differs: Any) -> 
     mismatch = differs(again, first)
     if mismatch is not None:
         _fail(who, f"its policy, acting from a copy of its state, {mismatch} of the original")
+
+
+def _check_reset(policy: Policy, batches: list[Any], who: str, differs: Any) -> None:
+    """Rows that ``reset`` starts over act greedily like the rows of new envs (an episode's
+    first step), whatever they acted before: their state was reset."""
+    n = batch_size(batches[0])
+    _, used = _greedy_steps(policy, batches)
+    mask = np.arange(n) % 2 == 0
+    got, _, _ = policy.act(batches[0], policy.reset(used, mask, explore=False), explore=False)
+    want, _ = _greedy_steps(policy, batches[:1])
+    mismatch = differs(
+        tree_map(lambda x: np.asarray(x)[mask], got),
+        tree_map(lambda x: np.asarray(x)[mask], want[0]),
+    )
+    if mismatch is not None:
+        _fail(
+            who,
+            f"its policy, acting greedily after reset() of every other row, {mismatch} on those "
+            "rows of acting for new envs: reset must start those rows' state over (an episode "
+            "ended there)",
+        )
 
 
 def _check_load(learner: Any, actor: Any, batches: list[Any], who: str, differs: Any) -> None:

@@ -91,12 +91,18 @@ class A2C(ActorCritic):
         return {"net": self.net, "optimizer": self.optimizer}
 
     def act(
-        self, obs: np.ndarray, rng: np.random.Generator | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Actions sampled with ``rng`` (greedy without one) and the state values, from one
-        numpy forward pass of both networks (acting issues no framework operation)."""
-        out, value = self._policy(obs)
-        return self.sample_actions(out, rng), value[:, 0]
+        self,
+        x: np.ndarray,
+        rnn: np.ndarray | None,
+        rng: np.random.Generator | None,
+        noise: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """Actions sampled with ``rng`` (greedy without one) and, exploring, the unclipped
+        actions (what the Gaussian's log-probability is taken of) and the state values as
+        extras, from one numpy forward pass of both networks (feed-forward: no state)."""
+        out, value = self._policy(x)
+        actions = self.sample_actions(out, rng)
+        return actions, {} if rng is None else {"action": actions, "value": value[:, 0]}, None
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(obs)[1][:, 0], np.float32)
@@ -137,14 +143,6 @@ class A2CAgent(RolloutAgent):
         super().__init__(
             algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions, values = self.algorithm.act(self.policy_obs(obs), self.rng)
-        # the unclipped action is what the Gaussian's log-probability is taken of
-        return self.to_env(actions), {"action": actions, "value": values}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(self.policy_obs(obs))[0])
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config

@@ -21,9 +21,11 @@ from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
 from harness.errors import IncompatibleError
 from harness.numpy_nets import Activation, Op, layers_of
+from harness.policy import State
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
     OffPolicyAgent,
+    OffPolicyPolicy,
     check_actor_critic,
     check_replay,
     flat,
@@ -186,8 +188,62 @@ class DDPG(ContinuousActorCritic):
         self._actors = self._critics = None
 
 
+class EnsemblePolicy(OffPolicyPolicy):
+    """DDPG's :class:`~harness_algos.offpolicy.OffPolicyPolicy` with ``heads`` > 1: each env
+    explores with one head for a whole episode, its per-env state ``head`` (-1: not drawn
+    yet). An exploratory step first draws the head of every row without one (the rows of a
+    fresh state: ``initial_state``), and :meth:`reset` draws new heads for the rows whose
+    episodes ended, from the agent's generator, as the agent drew them before it had a policy
+    (its first heads when it was made, then at each episode end). Greedy acting scores every
+    head's action and ignores the state."""
+
+    algorithm: DDPG
+
+    def __init__(self, algorithm: DDPG, rng: np.random.Generator, **parts: Any) -> None:
+        super().__init__(algorithm, rng, **parts)
+        self.heads = algorithm.heads
+
+    def initial_state(self, rows: int) -> State:
+        return {"head": np.full(rows, -1, np.int64)}
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if explore:
+            state = self._drawn(state, self.rng if rng is None else rng)
+        return super().act(obs, state, rng, explore=explore)
+
+    def explore(self, obs: np.ndarray, state: State, rng: np.random.Generator) -> np.ndarray:
+        return self.algorithm.explore(obs, rng, state["head"])
+
+    def reset(self, state: State, mask: np.ndarray, *, explore: bool) -> State:
+        if not explore:
+            return super().reset(state, mask, explore=explore)
+        ended = np.flatnonzero(mask)
+        if not len(ended):
+            return state
+        head = np.array(state["head"], copy=True)
+        head[ended] = self.rng.integers(self.heads, size=len(ended))
+        return {"head": head}
+
+    def _drawn(self, state: State, rng: np.random.Generator) -> State:
+        """``state`` with a head drawn for every row that has none."""
+        undrawn = state["head"] < 0
+        if not undrawn.any():
+            return state
+        head = np.array(state["head"], copy=True)
+        head[undrawn] = rng.integers(self.heads, size=int(undrawn.sum()))
+        return {"head": head}
+
+
 class DDPGAgent(OffPolicyAgent):
-    """Adds the per-env head choice of the ensemble to the shared off-policy agent."""
+    """The shared off-policy agent; with an ensemble, its policy keeps a head per env
+    (:class:`EnsemblePolicy`)."""
 
     algorithm: DDPG
 
@@ -195,29 +251,11 @@ class DDPGAgent(OffPolicyAgent):
         self, algorithm: DDPG, info: EnvInfo, config: DDPGConfig, *, seed: int, total_steps: int
     ) -> None:
         super().__init__(algorithm, info, config, name="ddpg", seed=seed, total_steps=total_steps)
-        self.heads = self.rng.integers(algorithm.heads, size=info.num_envs)
-        """The head each env follows for its current episode."""
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        if len(obs) != len(self.heads):  # (a caller with another batch size: fresh draws)
-            self.heads = self.rng.integers(self.algorithm.heads, size=len(obs))
-        return self.algorithm.explore(obs, self.rng, self.heads)
-
-    @property
-    def per_env_acting_state(self) -> bool:
-        return bool(self.algorithm.heads > 1)  # (one ensemble head per env and episode)
-
-    def episodes_ended(self, mask: np.ndarray) -> None:
-        if self.algorithm.heads > 1 and len(mask) == len(self.heads):
-            ended = np.flatnonzero(mask)
-            self.heads[ended] = self.rng.integers(self.algorithm.heads, size=len(ended))
-
-    def extra_state(self) -> dict[str, Any]:
-        return {**super().extra_state(), "heads": self.heads.tolist()}
-
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        super().load_extra_state(state)
-        self.heads = np.asarray(state["heads"], np.int64)
+    def policy(self) -> OffPolicyPolicy:
+        if self.algorithm.heads == 1:  # (one head: no state, as TD3)
+            return super().policy()
+        return EnsemblePolicy(self.algorithm, self.rng, **self.policy_parts())
 
 
 def make_agent(

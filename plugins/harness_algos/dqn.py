@@ -12,6 +12,8 @@ import numpy as np
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
 from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
 from harness.numpy_nets import Argmax, Op, PolicyProgram, layers_of
+from harness.policy import State
+from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import check_replay
 
 
@@ -224,6 +226,49 @@ class DQN(Algorithm):
         self._acting = None
 
 
+class EpsilonGreedy(BoundPolicy):
+    """Acts greedily on Q-values (``greedy``: observations -> argmax actions, the
+    algorithm's numpy copies, so always its current weights), or exploring: a uniformly random
+    action with probability ``epsilon()`` per row. ``rng`` (None: the agent's own generator)
+    draws one uniform per row, then, when any row explores, one action per row: the draws
+    DQN has always made. No per-env state."""
+
+    def __init__(
+        self,
+        greedy: Callable[[np.ndarray], np.ndarray],
+        n_actions: int,
+        epsilon: Callable[[], float],
+        own_rng: Callable[[], np.random.Generator],
+        *,
+        load: Callable[[Mapping[str, np.ndarray]], None],
+        program: Callable[[], PolicyProgram | None],
+    ) -> None:
+        self.greedy = greedy
+        self.n_actions = n_actions
+        self.epsilon = epsilon
+        self.own_rng = own_rng
+        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
+        super().__init__(load, program)
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        actions = self.greedy(obs)
+        if not explore:
+            return actions, {}, state
+        rng = self.own_rng() if rng is None else rng
+        rows = len(obs)
+        explores = rng.random(rows) < self.epsilon()
+        if explores.any():
+            actions = np.where(explores, rng.integers(self.n_actions, size=rows), actions)
+        return actions, {}, state
+
+
 class DQNAgent(Agent):
     """Epsilon-greedy acting, replay storage and the update schedule around :class:`DQN`."""
 
@@ -258,19 +303,20 @@ class DQNAgent(Agent):
             c.exploration_initial_eps, c.exploration_final_eps, progress, c.exploration_fraction
         )
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.algorithm.greedy(obs)
-        explore = self.rng.random(len(obs)) < self.epsilon
-        if explore.any():
-            random_actions = self.rng.integers(self.env_info.action.n, size=len(obs))
-            actions = np.where(explore, random_actions, actions)
-        return actions, {}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.algorithm.greedy(obs)
+    def policy(self) -> EpsilonGreedy:
+        """Epsilon-greedy on the online network's numpy copies, epsilon read from
+        :attr:`epsilon` (this agent's step count) at each act."""
+        return EpsilonGreedy(
+            self.algorithm.greedy,
+            self.env_info.action.n,
+            lambda: self.epsilon,
+            lambda: self.rng,
+            load=self.set_weights,
+            program=self.policy_program,
+        )
 
     def policy_program(self) -> PolicyProgram | None:
-        """:meth:`predict` as data (:meth:`DQN.greedy_layers`)."""
+        """The greedy policy as data (:meth:`DQN.greedy_layers`)."""
         layers = self.algorithm.greedy_layers()
         if layers is None:
             return None

@@ -11,13 +11,15 @@ perturbation is an offset into the table and a sign: ``eps = table[index : index
 Only offsets, signs and returns travel from actors to the learner, never perturbed parameters;
 only ``theta`` (with its generation and the observation statistics) is broadcast back.
 
-Acting. Each env slot evaluates one perturbation for a whole episode. A new episode in a slot
-(``episodes_ended``, or the first ``sample``) takes the next perturbation of the agent's own
-stream: antithetic pairs, ``(index, +1)`` and then, in the next slot that needs one,
-``(index, -1)``, with offsets drawn from the agent's rng (each farm actor has its own). Every
-``sample`` returns, per env, ``es_index``, ``es_sign``, ``es_generation`` (the generation of
-``theta`` when the episode began) and ``es_step`` (steps into the episode), which come back to
-the learner with the rollouts.
+Acting (:class:`ESPolicy`). Each env slot evaluates one perturbation for a whole episode: its
+state row (kept by whoever steps the envs) holds ``es_index``, ``es_sign``, ``es_generation``
+(the generation of ``theta`` when the episode began) and ``es_step`` (steps into the
+episode). A new episode in a slot (``reset`` after an episode ended, or the first ``act`` of
+a fresh row) takes the next perturbation of the agent's own :class:`Antithetic` stream:
+antithetic pairs, ``(index, +1)`` and then, in the next slot that needs one, ``(index, -1)``,
+with offsets drawn from the agent's rng (each farm actor has its own). Every exploratory
+``act`` returns the rows' state as extras, which come back to the learner with the rollouts.
+Greedy acting (evaluation) uses ``theta`` itself and no state.
 
 Learning. ``observe`` sums each env's rewards from the step where ``es_step`` is 0. An episode
 counts when it ended, the learner saw all of it, and it began under the current generation;
@@ -34,10 +36,10 @@ rollout of ``n_steps``. Episodes outlive rollouts: the env keeps stepping and th
 perturbation. When ``set_weights`` brings a new generation mid-episode, the actor keeps acting
 with the new ``theta`` plus the slot's old perturbation (the env cannot be reset from here) but
 the episode's ``es_generation`` stays at the generation it began with, so the learner drops it;
-the actor's half-used antithetic pair is forgotten too. New episodes start under the new
-generation. This costs the unfinished part of the in-flight episodes at each update, about
-``num_envs`` half-episodes against ``population`` whole ones: keep ``population`` a few times
-``num_envs``.
+the actor's half-used antithetic pair is forgotten too (``Antithetic.partners`` cleared). New
+episodes start under the new generation. This costs the unfinished part of the in-flight
+episodes at each update, about ``num_envs`` half-episodes against ``population`` whole ones:
+keep ``population`` a few times ``num_envs``.
 
 Observation normalisation (``obs_norm``) follows the paper: the learner keeps running sums of
 every observed observation, and the mean/std used by the policy change only at updates (they
@@ -54,6 +56,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
+from harness.policy import State
+from harness_algos.bound_policy import BoundPolicy
 
 _TABLES: dict[tuple[int, int], np.ndarray] = {}
 
@@ -358,8 +362,119 @@ class ES(Algorithm):
         self.obs_std = np.array(weights["obs_std"], np.float32)
 
 
+class Antithetic:
+    """An acting process's stream of perturbations: offsets into the noise table below
+    ``high``, each handed out as ``(offset, +1)`` and then ``(offset, -1)``."""
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+        self.partners: list[int] = []
+        """Offsets whose - member is still to be handed out (cleared at a new generation)."""
+
+    def next(self, rng: np.random.Generator) -> tuple[int, int]:
+        """The next ``(offset, sign)``: a waiting - member, else a new offset from ``rng``."""
+        if self.partners:
+            return self.partners.pop(0), -1
+        offset = int(rng.integers(self.high))
+        self.partners.append(offset)
+        return offset, 1
+
+
+class ESPolicy(BoundPolicy):
+    """Exploring, each row (env slot) acts with its episode's perturbation ``theta +- sigma *
+    eps``, drawn from the :class:`Antithetic` stream when the row's episode starts (``reset``,
+    or the first ``act`` of a fresh row) with the stream's generator (the agent's own), and
+    returns its state row as extras (``es_index``, ``es_sign``, ``es_generation``,
+    ``es_step``); greedy, it acts with ``theta``. Always :class:`ES`'s current ``theta``: the
+    perturbed parameters are cached per ``theta`` and perturbations."""
+
+    def __init__(
+        self,
+        algorithm: ES,
+        info: EnvInfo,
+        stream: Antithetic,
+        own_rng: Callable[[], np.random.Generator],
+        *,
+        load: Callable[[Mapping[str, np.ndarray]], None],
+    ) -> None:
+        self.algorithm = algorithm
+        self.stream = stream
+        self.own_rng = own_rng
+        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
+        super().__init__(load)
+        self.discrete = info.action.kind == "discrete"
+        if not self.discrete:
+            low = np.asarray(info.action.low, np.float64).reshape(info.action.shape)
+            high = np.asarray(info.action.high, np.float64).reshape(info.action.shape)
+            self.bounded = np.isfinite(low) & np.isfinite(high)
+            self.low = np.where(self.bounded, low, 0.0).astype(np.float32)
+            self.high = np.where(self.bounded, high, 0.0).astype(np.float32)
+        self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        """(theta, es_index, es_sign, their perturbed parameters) of the last act."""
+
+    def initial_state(self, rows: int) -> State:
+        """Rows without a perturbation yet (``es_index`` -1: drawn at their first act)."""
+        return {
+            "es_index": np.full(rows, -1, np.int64),
+            "es_sign": np.ones(rows, np.int64),
+            "es_generation": np.zeros(rows, np.int64),
+            "es_step": np.zeros(rows, np.int64),
+        }
+
+    def _draw(self, state: State, slots: np.ndarray, rng: np.random.Generator) -> State:
+        """``state`` with the next perturbations of the stream in rows ``slots``, in order."""
+        out = {key: np.array(value, np.int64) for key, value in state.items()}
+        for i in slots:
+            out["es_index"][i], out["es_sign"][i] = self.stream.next(rng)
+            out["es_generation"][i] = self.algorithm.generation
+            out["es_step"][i] = 0
+        return out
+
+    def reset(self, state: State, mask: np.ndarray, *, explore: bool) -> State:
+        if not explore:  # (greedy acting reads no state)
+            return state
+        return self._draw(state, np.flatnonzero(mask), self.own_rng())
+
+    def _perturbed(self, index: np.ndarray, sign: np.ndarray) -> np.ndarray:
+        theta, cache = self.algorithm.theta, self._cache
+        if (
+            cache is None
+            or cache[0] is not theta
+            or not np.array_equal(cache[1], index)
+            or not np.array_equal(cache[2], sign)
+        ):
+            cache = self._cache = (theta, index, sign, self.algorithm.perturbed(index, sign))
+        return cache[3]
+
+    def _to_env(self, out: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return np.asarray(out.argmax(-1), np.int64)
+        squashed = self.low + (np.tanh(out) + 1.0) * 0.5 * (self.high - self.low)
+        return np.where(self.bounded, squashed, out).astype(np.float32)
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if not explore:
+            return self._to_env(self.algorithm.outputs(obs)), {}, state
+        fresh = np.flatnonzero(np.asarray(state["es_index"]) < 0)
+        if len(fresh):
+            state = self._draw(state, fresh, self.own_rng() if rng is None else rng)
+        params = self._perturbed(state["es_index"], state["es_sign"])
+        actions = self._to_env(self.algorithm.outputs(obs, params))
+        extras = {key: np.array(value, np.int64) for key, value in state.items()}
+        after = dict(state)
+        after["es_step"] = extras["es_step"] + 1
+        return actions, extras, after
+
+
 class ESAgent(Agent):
-    """Per-env perturbation assignment (acting) and per-episode results (learning)."""
+    """Per-episode results (learning); acts through :class:`ESPolicy`."""
 
     algorithm: ES
     config: ESConfig
@@ -371,21 +486,9 @@ class ESAgent(Agent):
         self.name = "es"
         self.on_policy = True
         self.rollout_len = config.n_steps
-        self.discrete = info.action.kind == "discrete"
-        if not self.discrete:
-            low = np.asarray(info.action.low, np.float64).reshape(info.action.shape)
-            high = np.asarray(info.action.high, np.float64).reshape(info.action.shape)
-            self.bounded = np.isfinite(low) & np.isfinite(high)
-            self.low = np.where(self.bounded, low, 0.0).astype(np.float32)
-            self.high = np.where(self.bounded, high, 0.0).astype(np.float32)
+        self.stream = Antithetic(config.noise_size - algorithm.dim + 1)
+        """This agent's perturbations (acting: :class:`ESPolicy` draws from it)."""
         n = info.num_envs
-        # acting: each slot's perturbation, the generation its episode began in, its step
-        self.index = np.full(n, -1, np.int64)  # -1: none yet (drawn at the first sample)
-        self.sign = np.ones(n, np.int64)
-        self.born = np.zeros(n, np.int64)
-        self.step = np.zeros(n, np.int64)
-        self.partners: list[int] = []  # offsets whose - member is still to be handed out
-        self._params: np.ndarray | None = None  # perturbed parameters per slot (a cache)
         # learning: per-env sums since the episode's first step, results of this generation
         self.ep_return = np.zeros(n)
         self.ep_length = np.zeros(n, np.int64)
@@ -395,68 +498,18 @@ class ESAgent(Agent):
         self.last_metrics: dict[str, float] = {"es/generation": 0.0}
         self.generation_began = 0  # env_steps at the last update
 
-    # -- acting ------------------------------------------------------------------------------
-    def _draw(self, slots: np.ndarray) -> None:
-        """The next perturbations of the agent's antithetic stream for ``slots``."""
-        high = self.config.noise_size - self.algorithm.dim + 1
-        for i in slots:
-            if self.partners:
-                self.index[i], self.sign[i] = self.partners.pop(0), -1
-            else:
-                offset = int(self.rng.integers(high))
-                self.index[i], self.sign[i] = offset, 1
-                self.partners.append(offset)
-            self.born[i] = self.algorithm.generation
-            self.step[i] = 0
-        self._params = None
-
-    @property
-    def per_env_acting_state(self) -> bool:
-        return True  # (one antithetic perturbation per env and episode)
-
-    def episodes_ended(self, mask: np.ndarray) -> None:
-        self._draw(np.flatnonzero(mask))
-
-    def _to_env(self, out: np.ndarray) -> np.ndarray:
-        if self.discrete:
-            return np.asarray(out.argmax(-1), np.int64)
-        squashed = self.low + (np.tanh(out) + 1.0) * 0.5 * (self.high - self.low)
-        return np.where(self.bounded, squashed, out).astype(np.float32)
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if len(obs) != len(self.index):
-            raise ValueError(
-                f"ES sample() got {len(obs)} observations for {len(self.index)} env slots"
-            )
-        if (self.index < 0).any():
-            self._draw(np.flatnonzero(self.index < 0))
-        if self._params is None:
-            self._params = self.algorithm.perturbed(self.index, self.sign)
-        actions = self._to_env(self.algorithm.outputs(obs, self._params))
-        extras = {
-            "es_index": self.index.copy(),
-            "es_sign": self.sign.copy(),
-            "es_generation": self.born.copy(),
-            "es_step": self.step.copy(),
-        }
-        self.step += 1
-        return actions, extras
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self._to_env(self.algorithm.outputs(obs))
+    def policy(self) -> ESPolicy:
+        return ESPolicy(
+            self.algorithm, self.env_info, self.stream, lambda: self.rng, load=self.set_weights
+        )
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Episodes in flight keep their ``es_generation`` (the learner drops them); a pair
+        whose + member ran under the old ``theta`` is not completed."""
         generation = self.algorithm.generation
         super().set_weights(weights)
         if self.algorithm.generation != generation:
-            self._new_generation()
-        self._params = None
-
-    def _new_generation(self) -> None:
-        """Episodes in flight keep their old ``born`` (the learner drops them); a pair whose
-        + member ran under the old ``theta`` is not completed."""
-        self.partners.clear()
-        self._params = None
+            self.stream.partners.clear()
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -498,7 +551,7 @@ class ESAgent(Agent):
         self.updates += 1
         unpaired = len(self.results) - len(complete)
         self.results.clear()
-        self._new_generation()
+        self.stream.partners.clear()
         self.dropped_total += self.dropped
         metrics.update(
             {
@@ -519,31 +572,25 @@ class ESAgent(Agent):
 
     # -- state -------------------------------------------------------------------------------
     def data_state(self) -> dict[str, np.ndarray]:
+        # no acting state: a resumed run's envs start fresh episodes, which draw their
+        # perturbations anew (the waiting - members first)
         keys = sorted(self.results)
         return {
-            "index": self.index.copy(),
-            "sign": self.sign.copy(),
-            "born": self.born.copy(),
-            "partners": np.array(self.partners, np.int64),
+            "partners": np.array(self.stream.partners, np.int64),
             "result_index": np.array(keys, np.int64),
             "result": np.array([self.results[k] for k in keys]).reshape(len(keys), 4),
         }
 
     def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Also starts every slot's episode afresh: the envs of a resumed run are reset (its
-        slots keep their perturbations; their episodes count for the current generation)."""
-        self.index = np.array(state["index"], np.int64)
-        self.sign = np.array(state["sign"], np.int64)
-        self.born = np.full_like(self.index, self.algorithm.generation)
-        self.partners = [int(k) for k in state["partners"]]
+        """Also reads checkpoints that hold the slots' perturbations agents once kept
+        (``index``, ``sign``, ``born``: ignored, the resumed run's episodes start afresh)."""
+        self.stream.partners[:] = [int(k) for k in state["partners"]]
         self.results = {
             int(k): np.array(r, np.float64)
             for k, r in zip(state["result_index"], state["result"], strict=True)
         }
-        self.step[:] = 0
         self.ep_return[:] = 0.0
         self.ep_length[:] = 0
-        self._params = None
 
     def extra_state(self) -> dict[str, Any]:
         return {
@@ -558,7 +605,6 @@ class ESAgent(Agent):
         self.dropped = int(state.get("dropped", 0))
         self.dropped_total = int(state.get("dropped_total", 0))
         self.generation_began = int(state.get("generation_began", self.env_steps))
-        self._params = None
 
 
 def make_agent(

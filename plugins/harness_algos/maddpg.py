@@ -27,14 +27,17 @@ rollouts to it (``independent_transitions``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition
+from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition, batch_size
 from harness.errors import ConfigError
+from harness.numpy_nets import PolicyProgram
+from harness.policy import State
+from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import BurstAlgorithm, ReplayRatioAgent
 
 
@@ -385,45 +388,18 @@ class MADDPGAgent(ReplayRatioAgent):
         )
 
     # -- acting ------------------------------------------------------------------------------
-    def _to_env(self, j: int, action: np.ndarray) -> np.ndarray:
-        """A box agent's [-1, 1] action in the env's box."""
-        centre, half = self.boxes[j]
-        env_action: np.ndarray = centre + half * action.reshape(len(action), *centre.shape)
-        return env_action.astype(np.float32)
-
-    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
-        n = len(next(iter(obs.values())))
-        if self.env_steps < self.config.learning_starts:
-            return self._uniform(n), {}
-        outs = self.algorithm.outputs(obs)
-        actions = {}
-        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
-            if space.kind == "discrete":  # argmax(logits + Gumbel noise): a policy sample
-                gumbel = self.rng.gumbel(size=outs[j].shape)
-                actions[agent] = np.argmax(outs[j] + gumbel, axis=-1).astype(np.int64)
-            else:
-                noise = self.rng.normal(0.0, self.config.exploration_noise, outs[j].shape)
-                actions[agent] = self._to_env(j, np.clip(np.tanh(outs[j]) + noise, -1.0, 1.0))
-        return actions, {}
-
-    def _uniform(self, n: int) -> dict[str, np.ndarray]:
-        actions = {}
-        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
-            if space.kind == "discrete":
-                actions[agent] = self.rng.integers(0, space.n, n).astype(np.int64)
-            else:
-                actions[agent] = self._to_env(j, self.rng.uniform(-1.0, 1.0, (n, space.flat_dim)))
-        return actions
-
-    def predict(self, obs: Obs) -> Any:
-        outs = self.algorithm.outputs(obs)
-        actions = {}
-        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
-            if space.kind == "discrete":
-                actions[agent] = np.argmax(outs[j], axis=-1).astype(np.int64)
-            else:
-                actions[agent] = self._to_env(j, np.tanh(outs[j]))
-        return actions
+    def policy(self) -> MADDPGPolicy:
+        """The :class:`MADDPGPolicy` on the algorithm's actors (their current weights),
+        exploring with this agent's generator."""
+        return MADDPGPolicy(
+            self.algorithm,
+            self.rng,
+            self.boxes,
+            learning_starts=self.config.learning_starts,
+            env_steps=lambda: self.env_steps,
+            load=self.set_weights,
+            program=self.policy_program,
+        )
 
     # -- experience --------------------------------------------------------------------------
     def _critic_actions(self, actions: Any, n: int) -> np.ndarray:
@@ -483,6 +459,85 @@ class MADDPGAgent(ReplayRatioAgent):
             gumbel(),
             gumbel(),
         )
+
+
+class MADDPGPolicy(BoundPolicy):
+    """How MADDPG acts (:class:`~harness.policy.Policy`), every agent from its own observation
+    (agent-keyed dicts of rows in and out), with no per-env state and no extras. Greedy: a
+    discrete agent's argmax, a box agent's tanh actor mapped onto its box (``boxes``: the
+    centre and half-width of agent ``j``'s). Exploring: uniform random actions while the agent
+    has observed fewer than ``learning_starts`` env steps (``env_steps()``, read at each
+    step), then a discrete agent's policy sample (argmax of logits plus Gumbel noise) and a box
+    agent's action plus N(0, ``exploration_noise``) clipped into the box, drawn agent by agent
+    from ``rng`` (the agent's own generator: the draws the agent made before it had a
+    policy). ``load`` and ``program`` are the agent's ``set_weights`` and
+    ``policy_program``."""
+
+    def __init__(
+        self,
+        algorithm: MADDPG,
+        rng: np.random.Generator,
+        boxes: Mapping[int, tuple[np.ndarray, np.ndarray]],
+        *,
+        learning_starts: int,
+        env_steps: Callable[[], int],
+        load: Callable[[Mapping[str, np.ndarray]], None],
+        program: Callable[[], PolicyProgram | None],
+    ) -> None:
+        self.algorithm, self.rng, self.boxes = algorithm, rng, boxes
+        self.agents, self.spaces = algorithm.agents, algorithm.act_spaces
+        self.learning_starts, self.env_steps = learning_starts, env_steps
+        self.noise = algorithm.config.exploration_noise
+        super().__init__(load, program)
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if not explore:
+            return self._greedy(obs), {}, state
+        rng = self.rng if rng is None else rng
+        if self.env_steps() < self.learning_starts:
+            return self._uniform(batch_size(obs), rng), {}, state
+        outs = self.algorithm.outputs(obs)
+        actions = {}
+        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
+            if space.kind == "discrete":  # argmax(logits + Gumbel noise): a policy sample
+                gumbel = rng.gumbel(size=outs[j].shape)
+                actions[agent] = np.argmax(outs[j] + gumbel, axis=-1).astype(np.int64)
+            else:
+                noise = rng.normal(0.0, self.noise, outs[j].shape)
+                actions[agent] = self._to_env(j, np.clip(np.tanh(outs[j]) + noise, -1.0, 1.0))
+        return actions, {}, state
+
+    def _greedy(self, obs: Obs) -> dict[str, np.ndarray]:
+        outs = self.algorithm.outputs(obs)
+        actions = {}
+        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
+            if space.kind == "discrete":
+                actions[agent] = np.argmax(outs[j], axis=-1).astype(np.int64)
+            else:
+                actions[agent] = self._to_env(j, np.tanh(outs[j]))
+        return actions
+
+    def _uniform(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        actions = {}
+        for j, (agent, space) in enumerate(zip(self.agents, self.spaces, strict=True)):
+            if space.kind == "discrete":
+                actions[agent] = rng.integers(0, space.n, n).astype(np.int64)
+            else:
+                actions[agent] = self._to_env(j, rng.uniform(-1.0, 1.0, (n, space.flat_dim)))
+        return actions
+
+    def _to_env(self, j: int, action: np.ndarray) -> np.ndarray:
+        """A box agent's [-1, 1] action in the env's box."""
+        centre, half = self.boxes[j]
+        env_action: np.ndarray = centre + half * action.reshape(len(action), *centre.shape)
+        return env_action.astype(np.float32)
 
 
 def make_agent(

@@ -33,10 +33,12 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Transition, team_reward
 from harness.data import RolloutBatch, RolloutBuffer
+from harness.policy import Policy
 from harness_algos.moments import merge_stats
 from harness_algos.onpolicy import ActorCritic
 from harness_algos.ppo import PPO, PPOAgent
 from harness_algos.qmix import Layout
+from harness_algos.rollout_policy import RolloutPolicy
 
 
 @dataclass
@@ -184,10 +186,24 @@ class MAPPO(PPO):
         return self.distribution(out), value[:, 0]
 
     def act(
-        self, actor_inputs: np.ndarray, rng: np.random.Generator | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and log-probabilities for actor inputs (greedy without ``rng``)."""
-        return self.sample_with_log_probs(self._policy(actor_inputs), rng)
+        self,
+        x: np.ndarray,
+        rnn: np.ndarray | None,
+        rng: np.random.Generator | None,
+        noise: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """Actions for actor inputs ``(n * A, actor_dim)`` (greedy without ``rng``) and,
+        exploring, the actions and their log-probabilities per env and agent ``(n, A, ...)``
+        as extras (feed-forward: no state)."""
+        actions, log_probs = self.sample_with_log_probs(self._policy(x), rng)
+        if rng is None:
+            return actions, {}, None
+        a = self.layout.num_agents
+        extras = {
+            "action": actions.reshape(-1, a, *actions.shape[1:]),
+            "log_prob": log_probs.reshape(-1, a),
+        }
+        return actions, extras, None
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         """V of samples ``[actor input | critic input]`` (numpy, in return units)."""
@@ -247,17 +263,17 @@ class MAPPOAgent(PPOAgent):
         per = self.to_env(actions).reshape(n, a, *actions.shape[1:])
         return {agent: per[:, j].copy() for j, agent in enumerate(self.layout.agents)}
 
-    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
-        actions, log_probs = self.algorithm.act(self._actor_inputs(obs), self.rng)
-        a = self.layout.num_agents
-        extras = {
-            "action": actions.reshape(-1, a, *actions.shape[1:]),
-            "log_prob": log_probs.reshape(-1, a),
-        }
-        return self._to_dict(actions), extras
-
-    def predict(self, obs: Obs) -> Any:
-        return self._to_dict(self.algorithm.act(self._actor_inputs(obs))[0])
+    def policy(self) -> Policy:
+        """PPO's policy over agent-keyed batches: each env's agents as rows of the actor's
+        inputs, the actions back as an agent-keyed dict."""
+        return RolloutPolicy(
+            self.algorithm,
+            self.rng,
+            inputs=self._actor_inputs,
+            to_env=self._to_dict,
+            load=self.set_weights,
+            program=self.policy_program,
+        )
 
     def observe(self, transition: Transition) -> None:
         t, lay = transition, self.layout

@@ -11,11 +11,12 @@ they learn from, and an agent that learns from it without stepping an env.
   when the agent is built: ``harness eval`` of a checkpoint needs no dataset.
 * Box actions are stored in [-1, 1] (:class:`harness_algos.offpolicy.BoxScale`), as the online
   actor-critics store them.
+* The agent acts through :class:`OfflinePolicy`: the greedy policy, also while "exploring".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,6 +24,9 @@ import numpy as np
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Tensor, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
+from harness.numpy_nets import PolicyProgram
+from harness.policy import State
+from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import BoxScale
 
 DEPENDS_ON = ("harness_offline",)
@@ -61,6 +65,37 @@ class OfflineLearner(Protocol):
         ...
 
     def learn(self, batch: ReplayBatch, *, diagnostics: bool = True) -> dict[str, float]: ...
+
+
+class OfflinePolicy(BoundPolicy):
+    """How an offline agent acts (:class:`~harness.policy.Policy`): the algorithm's greedy
+    ``act`` (box actions mapped from [-1, 1] onto the env's box by ``to_env``; None: discrete
+    indices as they are), exploring or not: an offline agent never explores (``harness collect
+    --noise`` adds noise of its own), so it draws nothing, returns no extras and keeps no
+    per-env state. ``load`` and ``program`` are the agent's ``set_weights`` and
+    ``policy_program``."""
+
+    def __init__(
+        self,
+        learner: OfflineLearner,
+        to_env: Callable[[np.ndarray], np.ndarray] | None,
+        *,
+        load: Callable[[Mapping[str, np.ndarray]], None],
+        program: Callable[[], PolicyProgram | None],
+    ) -> None:
+        self.learner, self.to_env = learner, to_env
+        super().__init__(load, program)
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        actions = self.learner.act(obs)
+        return (actions if self.to_env is None else self.to_env(actions)), {}, state
 
 
 class OfflineAgent(Agent):
@@ -127,14 +162,14 @@ class OfflineAgent(Agent):
         self.env_steps += len(transition.obs)
 
     # -- acting ----------------------------------------------------------------------------------
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        actions = self.learner.act(obs)
-        return actions if self.scale is None else self.scale.to_env(actions)
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The greedy policy: an offline agent never explores (``harness collect --noise``
-        adds noise of its own)."""
-        return self.predict(obs), {}
+    def policy(self) -> OfflinePolicy:
+        """The :class:`OfflinePolicy` on the algorithm (its current weights)."""
+        return OfflinePolicy(
+            self.learner,
+            None if self.scale is None else self.scale.to_env,
+            load=self.set_weights,
+            program=self.policy_program,
+        )
 
     # -- learning --------------------------------------------------------------------------------
     def learn(self) -> dict[str, float]:

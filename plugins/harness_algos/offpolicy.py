@@ -7,6 +7,8 @@ written out, and its loss live in its own file; the checks of the keys they shar
 * The networks work in ``[-1, 1]`` (a tanh-squashed actor); the env's box is mapped onto it
   when acting and back when storing, so one config fits every action scale.
 * Uniform random actions until ``learning_starts`` env steps (as SB3 does).
+* :class:`OffPolicyPolicy` acts (the agent's :class:`~harness.policy.Policy`): the greedy
+  actor, or exploration drawn from the agent's own generator, on the algorithm's numpy copy.
 * The replay ratio is exact however experience arrives: every env step owes
   ``gradient_steps / train_freq`` updates, paid at the next ``learn`` (a serial run with
   ``train_freq = 1`` updates after every step; a farm chunk of 64 rows pays 64 at once).
@@ -15,7 +17,7 @@ written out, and its loss live in its own file; the checks of the keys they shar
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +26,8 @@ from harness.api import Agent, Algorithm, EnvInfo, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
 from harness.numpy_nets import Activation, Columns, Dense, Op, PolicyProgram, Rescale, layers_of
+from harness.policy import State
+from harness_algos.bound_policy import BoundPolicy
 
 
 def check_actor_critic(batch_size: int, tau: float) -> None:
@@ -258,23 +262,27 @@ class OffPolicyAgent(ReplayRatioAgent):
     def from_env(self, actions: np.ndarray) -> np.ndarray:
         return self.scale.from_env(actions)
 
-    def explore(self, obs: np.ndarray) -> np.ndarray:
-        """Exploratory actions in [-1, 1] after the warm-up (subclasses may pick a head)."""
-        return self.algorithm.explore(obs, self.rng)
+    def policy(self) -> OffPolicyPolicy:
+        """The :class:`OffPolicyPolicy` on the algorithm (its current weights), exploring with
+        this agent's generator (uniform actions until ``learning_starts`` of its env steps)."""
+        return OffPolicyPolicy(self.algorithm, self.rng, **self.policy_parts())
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        if self.env_steps < self.config.learning_starts:
-            actions = self.rng.uniform(-1.0, 1.0, (len(obs), *self.action_shape))
-        else:
-            actions = self.explore(obs)
-        return self.to_env(actions), {}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(obs))
+    def policy_parts(self) -> dict[str, Any]:
+        """What an :class:`OffPolicyPolicy` of this agent is made of besides the algorithm and
+        the generator (keyword arguments)."""
+        return {
+            "scale": self.scale,
+            "action_shape": self.action_shape,
+            "learning_starts": self.config.learning_starts,
+            "env_steps": lambda: self.env_steps,
+            "load": self.set_weights,
+            "program": self.policy_program,
+        }
 
     def policy_program(self) -> PolicyProgram | None:
-        """:meth:`predict` as data: the algorithm's :meth:`~ContinuousActorCritic.actor_layers`
-        in [-1, 1], then :class:`BoxScale`'s map onto the env's box."""
+        """The greedy policy as data: the algorithm's
+        :meth:`~ContinuousActorCritic.actor_layers` in [-1, 1], then :class:`BoxScale`'s map
+        onto the env's box."""
         layers = self.algorithm.actor_layers()
         if layers is None:
             return None
@@ -292,6 +300,56 @@ class OffPolicyAgent(ReplayRatioAgent):
     def replay_batch(self) -> ReplayBatch:
         batch: ReplayBatch = self.replay.sample(self.config.batch_size)
         return batch
+
+
+class OffPolicyPolicy(BoundPolicy):
+    """How DDPG, TD3 and SAC act. Greedy: the algorithm's :meth:`~ContinuousActorCritic.act`.
+    Exploring: uniform random actions while the agent has observed fewer than
+    ``learning_starts`` env steps (``env_steps()``, read at each step: a farm actor's count is
+    the learner's), then :meth:`~ContinuousActorCritic.explore`. Both are mapped from [-1, 1]
+    onto the env's box (``scale``); no extras, no per-env state (DDPG's ensemble adds its head
+    per env, :class:`harness_algos.ddpg.EnsemblePolicy`). ``rng`` is the agent's own
+    generator, drawn from exactly as the agent drew before it had a policy; ``load`` and
+    ``program`` are the agent's ``set_weights`` and ``policy_program``."""
+
+    def __init__(
+        self,
+        algorithm: ContinuousActorCritic,
+        rng: np.random.Generator,
+        *,
+        scale: BoxScale,
+        action_shape: tuple[int, ...],
+        learning_starts: int,
+        env_steps: Callable[[], int],
+        load: Callable[[Mapping[str, np.ndarray]], None],
+        program: Callable[[], PolicyProgram | None],
+    ) -> None:
+        self.algorithm, self.rng, self.scale = algorithm, rng, scale
+        self.action_shape, self.learning_starts = action_shape, learning_starts
+        self.env_steps = env_steps
+        super().__init__(load, program)
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if not explore:
+            return self.scale.to_env(self.algorithm.act(obs)), {}, state
+        rng = self.rng if rng is None else rng
+        if self.env_steps() < self.learning_starts:
+            actions = rng.uniform(-1.0, 1.0, (len(obs), *self.action_shape))
+        else:
+            actions = self.explore(obs, state, rng)
+        return self.scale.to_env(actions), {}, state
+
+    def explore(self, obs: np.ndarray, state: State, rng: np.random.Generator) -> np.ndarray:
+        """Exploratory actions in [-1, 1] after the warm-up (the rows' ``state``: DDPG's
+        heads)."""
+        return self.algorithm.explore(obs, rng)
 
 
 def flat(batch: np.ndarray) -> np.ndarray:

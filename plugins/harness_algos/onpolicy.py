@@ -40,8 +40,9 @@ from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transi
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError, IncompatibleError
 from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize, layers_of
+from harness.policy import Policy
 from harness_algos.moments import EPS, Normalization, RunningMoments
-from harness_algos.noise import CorrelatedExploration, CorrelatedNoise
+from harness_algos.noise import CorrelatedExploration
 from harness_algos.recurrent import (
     AgentMemory,
     RecurrentPolicy,
@@ -51,6 +52,7 @@ from harness_algos.recurrent import (
     starts_through_next,
     with_next,
 )
+from harness_algos.rollout_policy import RolloutPolicy
 
 
 def annealed(value: float, progress: float, anneal: bool) -> float:
@@ -240,6 +242,24 @@ class ActorCritic(Algorithm):
         logp = (-0.5 * noise**2 - self._log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
         return actions, logp.astype(np.float32)
 
+    def act(
+        self,
+        x: np.ndarray,
+        rnn: np.ndarray | None,
+        rng: np.random.Generator | None,
+        noise: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """One step of the numpy acting copy for policy inputs ``x`` (and, recurrent, the
+        state ``rnn``): actions drawn with ``rng`` (greedy without one) with their
+        log-probabilities and the actions themselves as the learner's extras, and the state
+        after the step (:class:`harness_algos.rollout_policy.ActingNet`). Values are left
+        out: the learner scores the whole rollout in one batched pass."""
+        outs, after = self.policy_outputs(x, rnn)
+        if rng is None:
+            return self.sample_actions(outs[0], None), {}, after
+        actions, log_probs = self.sample_with_log_probs(outs[0], rng, noise)
+        return actions, {"log_prob": log_probs, "action": actions}, after
+
     # --- checkpoints and weight broadcast ---------------------------------------------------
     def state(self) -> dict[str, Any]:
         bk = self.backend
@@ -370,17 +390,16 @@ class RolloutAgent(Agent):
             else None
         )
         """A recurrent network's states (harness_algos.recurrent); None for a feed-forward one."""
-        self.noise: CorrelatedNoise | None = None
-        """With ``noise_correlation`` > 0: each env's exploration noise (harness_algos.noise)."""
         rho = config.noise_correlation if isinstance(config, CorrelatedExploration) else 0.0
-        if rho > 0:
-            if self.discrete:
-                raise ConfigError(
-                    f"algo.noise_correlation = {rho} correlates the Gaussian "
-                    f"noise of box actions over time, but {info.env_id} has discrete actions: "
-                    "set algo.noise_correlation = 0."
-                )
-            self.noise = CorrelatedNoise(rho, algorithm.act_dim, info.num_envs)
+        self.noise_correlation = float(rho)
+        """``algo.noise_correlation`` (0 for a config without it): the policy's exploration
+        noise (harness_algos.noise)."""
+        if rho > 0 and self.discrete:
+            raise ConfigError(
+                f"algo.noise_correlation = {rho} correlates the Gaussian "
+                f"noise of box actions over time, but {info.env_id} has discrete actions: "
+                "set algo.noise_correlation = 0."
+            )
 
     @abc.abstractmethod
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
@@ -388,63 +407,20 @@ class RolloutAgent(Agent):
         after its last step. Returns the metrics."""
 
     # --- acting ---------------------------------------------------------------------------
-    def acting_outputs(
-        self, obs: np.ndarray, rows: tuple[slice | np.ndarray, int] | None = None
-    ) -> tuple[Any, dict[str, np.ndarray]]:
-        """The policy's numpy outputs (policy head, values) for ``sample`` on env
-        observations, and the extras a recurrent policy adds: ``rnn_state``, the state this step
-        started from (the learner replays each sequence from its first step's). ``rows =
-        (rows, num_rows)``: the observations are those rows of ``num_rows`` envs, whose states
-        alone are used and advanced (``sample_rows``)."""
-        x = self.policy_obs(obs)
-        if self.memory is None:
-            return self.algorithm.policy_outputs(x)[0], {}
-        if rows is None:
-            before = self.memory.before_sample(len(x))
-            outs, after = self.algorithm.policy_outputs(x, before)
-            self.memory.acting = np.asarray(after, np.float32)
-            return outs, {"rnn_state": before}
-        before = self.memory.rows_before(*rows)
-        outs, after = self.algorithm.policy_outputs(x, before)
-        # last: a step that failed leaves the rows as they were (a replaced server goes on)
-        self.memory.rows_after(rows[0], np.asarray(after, np.float32))
-        return outs, {"rnn_state": before}
-
-    def greedy_outputs(self, obs: np.ndarray) -> Any:
-        """The policy's numpy outputs for ``predict`` (a recurrent policy steps the evaluation
-        envs' own states)."""
-        x = self.policy_obs(obs)
-        if self.memory is None:
-            return self.algorithm.policy_outputs(x)[0]
-        outs, after = self.algorithm.policy_outputs(x, self.memory.before_predict(len(x)))
-        self.memory.evaluating = np.asarray(after, np.float32)
-        return outs
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Actions drawn on the numpy copy (no framework operation) with their
-        log-probabilities (the PPO ratio's and V-trace's behaviour policy) and, for a recurrent
-        policy, the state the step started from. Values are left out: ``learn_rollout`` scores
-        the whole rollout in one batched pass (A2C and PG act their own way)."""
-        outs, extras = self.acting_outputs(obs)
-        noise = None if self.noise is None else self.noise.draw(self.rng, len(obs))
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng, noise)
-        extras.update(log_prob=log_probs, action=actions)
-        return self.to_env(actions), extras
-
-    def sample_rows(
-        self, obs: np.ndarray, rows: slice | np.ndarray, num_rows: int
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """:meth:`sample` for rows ``rows`` of ``num_rows`` envs (a policy server acting for
-        a farm, :attr:`acts_by_rows`): the same actions, log-probabilities and ``rnn_state``
-        as an actor's own copy stepping those envs gives."""
-        outs, extras = self.acting_outputs(obs, (rows, num_rows))
-        noise = None if self.noise is None else self.noise.draw_rows(self.rng, rows, num_rows)
-        actions, log_probs = self.algorithm.sample_with_log_probs(outs[0], self.rng, noise)
-        extras.update(log_prob=log_probs, action=actions)
-        return self.to_env(actions), extras
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.sample_actions(self.greedy_outputs(obs)[0], None))
+    def policy(self) -> Policy:
+        """The :class:`~harness_algos.rollout_policy.RolloutPolicy` on the algorithm's numpy
+        copy (its per-env state: a recurrent network's, correlated noise's)."""
+        return RolloutPolicy(
+            self.algorithm,
+            self.rng,
+            inputs=self.policy_obs,
+            to_env=self.to_env,
+            width=0 if self.memory is None else self.memory.width,
+            rho=self.noise_correlation,
+            act_dim=self.algorithm.act_dim,
+            load=self.set_weights,
+            program=self.policy_program,
+        )
 
     def policy_program(self) -> PolicyProgram | None:
         """:meth:`predict` as data: ``normalize_obs``'s standardisation, the policy head's
@@ -470,31 +446,6 @@ class RolloutAgent(Agent):
         return PolicyProgram(
             tuple(ops), self.env_info.observation.flat_dim, self.algorithm.act_dim, self.discrete
         )
-
-    @property
-    def per_env_acting_state(self) -> bool:
-        # a recurrent policy's state, correlated noise's last draw: per env
-        return self.memory is not None or self.noise is not None
-
-    @property
-    def acts_by_rows(self) -> bool:
-        return self.per_env_acting_state  # (rows of arrays: any rows served)
-
-    def episodes_ended(self, mask: np.ndarray) -> None:
-        if self.memory is not None:
-            self.memory.ended(mask)
-        if self.noise is not None:
-            self.noise.ended(mask)
-
-    def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:
-        if self.memory is not None:
-            self.memory.rows_ended(rows, num_rows)
-        if self.noise is not None:
-            self.noise.rows_ended(rows, num_rows)
-
-    def predict_episodes_ended(self, mask: np.ndarray) -> None:
-        if self.memory is not None:
-            self.memory.predict_ended(mask)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
@@ -571,21 +522,6 @@ class RolloutAgent(Agent):
         self.algorithm.refresh_policy()
         metrics["charts/learning_rate"] = lr
         return metrics
-
-    def data_state(self) -> dict[str, np.ndarray]:
-        """A recurrent network's acting states and correlated noise's last draws (a
-        checkpoint restores the agent exactly; a resumed run then starts fresh episodes, whose
-        states the runner resets)."""
-        state = {} if self.noise is None else self.noise.state()
-        if self.memory is not None:
-            state["acting/rnn_state"] = self.memory.acting
-        return state
-
-    def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
-        if self.memory is not None and "acting/rnn_state" in state:
-            self.memory.acting = np.array(state["acting/rnn_state"], np.float32)
-        if self.noise is not None:
-            self.noise.load_state(state)
 
     def extra_state(self) -> dict[str, Any]:
         state = super().extra_state()

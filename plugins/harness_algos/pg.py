@@ -102,9 +102,17 @@ class PG(ActorCritic):
         super().refresh_policy()
         self._critic = self.backend.inference(self.critic)
 
-    def act(self, obs: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        """Actions sampled with ``rng`` (greedy without one), on the numpy copy of the policy."""
-        return self.sample_actions(self._policy(obs), rng)
+    def act(
+        self,
+        x: np.ndarray,
+        rnn: np.ndarray | None,
+        rng: np.random.Generator | None,
+        noise: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+        """Actions sampled with ``rng`` (greedy without one) on the numpy copy of the policy,
+        exploring with the unclipped actions as the extra (the learner scores the values)."""
+        actions = self.sample_actions(self._policy(x), rng)
+        return actions, {} if rng is None else {"action": actions}, None
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._critic(obs)[:, 0], np.float32)
@@ -157,14 +165,6 @@ class PGAgent(RolloutAgent):
         super().__init__(
             algorithm, info, config, config.n_steps, seed=seed, total_steps=total_steps
         )
-
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        actions = self.algorithm.act(self.policy_obs(obs), self.rng)
-        # the unclipped action is what the Gaussian's log-probability is taken of
-        return self.to_env(actions), {"action": actions}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.to_env(self.algorithm.act(self.policy_obs(obs)))
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c = self.config

@@ -36,14 +36,14 @@ Multi-Agent Reinforcement Learning") for cooperative multi-agent envs with discr
   double Q (the online network picks the next actions, the target
   network scores them), a target network copied every ``target_update_interval`` updates
   (hard) or Polyak-averaged with ``tau`` < 1 after every update.
-* **Acting**: epsilon-greedy with epsilon annealed linearly over ``epsilon_anneal_steps`` env
-  steps, on numpy copies of the agent network (``backend.inference``); a recurrent agent's
-  hidden state and the last actions are kept per env and reset by ``episodes_ended``.
+* **Acting** (:class:`~harness_algos.qmix_policy.QMIXPolicy`): epsilon-greedy with epsilon
+  annealed linearly over ``epsilon_anneal_steps`` env steps, on numpy copies of the agent
+  network (``backend.inference``); a recurrent agent's hidden state and the last actions
+  are state rows per env, kept by whoever steps the envs and reset where an episode ends.
 
-A recurrent agent (or one fed its last action) acts on its history, so its greedy ``predict``
-keeps a state of its own per evaluation env too, reset when the batch size changes and by
-``predict_episodes_ended`` (harness.runtime.run.evaluate calls it). Without either option
-``predict`` is a function of the observations alone.
+A recurrent agent (or one fed its last action) acts on its history, so its greedy acting
+steps the same state rows per evaluation env (harness.runtime.run.evaluate resets them at
+every episode start). Without either option it is a function of the observations alone.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from harness.api import (
 from harness.errors import CheckpointError, IncompatibleError
 from harness_algos.episode_replay import EpisodeReplay
 from harness_algos.moments import merge_stats
+from harness_algos.qmix_policy import QMIXPolicy, agent_inputs
 
 
 @dataclass
@@ -113,10 +114,10 @@ class QMIXConfig:
     """Width of the agent network (its ReLU layer and GRU state)."""
     recurrent: bool = False
     """A GRU cell in the agent network (PyMARL's RNN agent); off: a second ReLU layer. A
-    recurrent agent's predict() is stateful (see the module doc)."""
+    recurrent agent's greedy policy is stateful too (see the module doc)."""
     last_action: bool = False
-    """Feed each agent its previous action (one-hot), as PyMARL does by default; makes
-    predict() stateful like recurrent."""
+    """Feed each agent its previous action (one-hot), as PyMARL does by default; makes the
+    greedy policy stateful like recurrent."""
     mixer: str = "qmix"
     """``qmix``: the monotonic hypernetwork mixer; ``vdn``: Q_tot = the sum of the agents'
     Q-values (Sunehag et al. 2018, value decomposition networks), QMIX without the state's
@@ -461,11 +462,6 @@ class QMIXAgent(Agent):
             "initial_state": np.zeros((n, a, width), np.float32),
         }
         self.cur_len = np.zeros(n, np.int64)
-        # acting state per env (sample) and per evaluation env (predict)
-        self.hidden = np.zeros((n, a, config.hidden), np.float32)
-        self.last_actions = np.full((n, a), -1, np.int64)
-        self.eval_hidden = np.zeros((0, a, config.hidden), np.float32)
-        self.eval_last = np.full((0, a), -1, np.int64)
 
     # --- acting -----------------------------------------------------------------------------
     @property
@@ -475,74 +471,10 @@ class QMIXAgent(Agent):
             c.epsilon_start, c.epsilon_end, self.env_steps, c.epsilon_anneal_steps
         )
 
-    def _inputs(self, stacked: np.ndarray, last: np.ndarray) -> np.ndarray:
-        """Network inputs ``(..., A, in_dim)`` of stacked observations and last actions."""
-        x = self.layout.with_ids(stacked)
-        if self.config.last_action:
-            x = np.concatenate([x, _one_hot(last, self.n_actions)], axis=-1)
-        return x
-
-    def _greedy(
-        self, obs: Obs, hidden: np.ndarray, last: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Q-values ``(n, A, n_actions)`` and next hidden states."""
-        x = self._inputs(self.layout.stack(obs), last)
-        n, a = x.shape[:2]
-        q, h = self.algorithm.q_values(x.reshape(n * a, -1), hidden.reshape(n * a, -1))
-        return q.reshape(n, a, -1), h.reshape(n, a, -1)
-
-    def _as_dict(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        return {agent: actions[:, j].copy() for j, agent in enumerate(self.layout.agents)}
-
-    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
-        n = len(obs[self.layout.agents[0]])
-        if len(self.hidden) != n:  # (a batch of another size, e.g. a conformance probe)
-            self.hidden = np.zeros((n, *self.hidden.shape[1:]), np.float32)
-            self.last_actions = np.full((n, self.layout.num_agents), -1, np.int64)
-        before = self.hidden
-        q, self.hidden = self._greedy(obs, before, self.last_actions)
-        actions = q.argmax(-1)
-        explore = self.rng.random(actions.shape) < self.epsilon
-        random = self.rng.integers(0, self.n_actions, actions.shape)
-        actions = np.where(explore, random, actions)
-        self.last_actions = actions
-        # the state this step acted from, (n, A, hidden): observe() keeps a sequence's first
-        # (768 bytes a step per env at 3 agents x 64 units, beside 2 x 216 of observations)
-        extras = {"rnn_state": before.copy()} if self.config.recurrent else {}
-        return self._as_dict(actions), extras
-
-    def predict(self, obs: Obs) -> Any:
-        c = self.config
-        if not (c.recurrent or c.last_action):  # a function of the observations alone
-            n = len(obs[self.layout.agents[0]])
-            zeros = np.zeros((n, self.layout.num_agents, c.hidden), np.float32)
-            q, _ = self._greedy(obs, zeros, np.full(zeros.shape[:2], -1))
-            return self._as_dict(q.argmax(-1))
-        n = len(obs[self.layout.agents[0]])
-        if len(self.eval_hidden) != n:
-            self.predict_episodes_ended(np.ones(n, bool))
-        q, self.eval_hidden = self._greedy(obs, self.eval_hidden, self.eval_last)
-        self.eval_last = q.argmax(-1)
-        return self._as_dict(self.eval_last)
-
-    @property
-    def per_env_acting_state(self) -> bool:
-        return True  # (each agent's GRU state per env)
-
-    def episodes_ended(self, mask: np.ndarray) -> None:
-        if len(mask) == len(self.hidden):
-            self.hidden[mask] = 0.0
-            self.last_actions[mask] = -1
-
-    def predict_episodes_ended(self, mask: np.ndarray) -> None:
-        """The evaluation episodes of the envs in ``mask`` ended (or start): reset their
-        predict state (sized to ``mask``)."""
-        a, h = self.layout.num_agents, self.config.hidden
-        if len(self.eval_hidden) != len(mask):
-            self.eval_hidden = np.zeros((len(mask), a, h), np.float32)
-            self.eval_last = np.full((len(mask), a), -1, np.int64)
-        self.eval_hidden[mask] = 0.0
-        self.eval_last[mask] = -1
+    def policy(self) -> QMIXPolicy:
+        return QMIXPolicy(
+            self.algorithm, lambda: self.epsilon, lambda: self.rng, load=self.set_weights
+        )
 
     # --- experience -------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -557,7 +489,7 @@ class QMIXAgent(Agent):
         cur["terminated"][rows, pos] = np.asarray(t.terminated, np.float32)
         starts = pos == 0
         if self.config.recurrent and starts.any():
-            acted = t.extras.get("rnn_state")  # absent: a transition not from sample()
+            acted = t.extras.get("rnn_state")  # absent: a transition its policy did not act
             first = cur["initial_state"]
             first[starts] = 0.0 if acted is None else np.asarray(acted, np.float32)[starts]
         self.cur_len = pos + 1
@@ -601,7 +533,7 @@ class QMIXAgent(Agent):
         last = np.concatenate([r.prev_actions[indices][None], actions], axis=0)
         # a padded step's "last action" is 0, but padded steps are masked out of the loss
         return {
-            "inputs": self._inputs(obs, last),
+            "inputs": agent_inputs(self.algorithm, obs, last),
             "state": self.layout.state(obs),
             "actions": actions,
             "rewards": r.rewards[indices].T,
@@ -628,11 +560,11 @@ class QMIXAgent(Agent):
         state = self.replay.state()
         state.update({f"current/{k}": v for k, v in self.cur.items()})
         state["current/length"] = self.cur_len
-        state["acting/hidden"] = self.hidden
-        state["acting/last_actions"] = self.last_actions
-        return state
+        return state  # (no acting state: a resumed run's envs start fresh episodes)
 
     def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Also reads checkpoints that hold the acting state agents once kept
+        (``acting/hidden``, ``acting/last_actions``: ignored)."""
         self.replay.load_state(state)
         for key in self.cur:
             if f"current/{key}" in state or key not in EpisodeReplay.ADDED:
@@ -640,8 +572,6 @@ class QMIXAgent(Agent):
             else:
                 self.cur[key][:] = 0
         self.cur_len = np.array(state["current/length"])
-        self.hidden = np.array(state["acting/hidden"], np.float32)
-        self.last_actions = np.array(state["acting/last_actions"])
 
 
 def lambda_returns(
@@ -684,12 +614,6 @@ def _memory_kind(weights: Mapping[str, Any]) -> str:
     if any(k.startswith("agent.memory.ih.") for k in names):
         return _OLD_CELL
     return _FEED_FORWARD
-
-
-def _one_hot(index: np.ndarray, n: int) -> np.ndarray:
-    """One-hot rows of ``index`` (-1: all zeros)."""
-    out: np.ndarray = np.eye(n + 1, dtype=np.float32)[np.asarray(index) + 1][..., 1:]
-    return out
 
 
 def make_agent(

@@ -4,12 +4,12 @@ Learning"): recurrent DQN on replayed sequences, for discrete actions.
 * **Network**: the flattened observation -> an optional MLP trunk (``hidden``) -> one LSTM
   or GRU layer (``backend.recurrent``, ``recurrent`` / ``rnn_hidden``) -> an MLP Q head
   (``head_hidden``), or a dueling pair (value + advantage - mean advantage).
-* **Acting**: epsilon-greedy on a numpy copy of the network, stepped once per env step with a
-  state per env, zeroed when the env's episode ends (``episodes_ended``). ``sample`` returns
-  the state each step *started from* as the extra ``rnn_state``, so the learner stores the
-  exact state a sequence was acted from, serially and over a farm (whose actors keep their
-  envs' states across chunks). ``predict`` keeps its own state per evaluation env, reset by
-  ``predict_episodes_ended``.
+* **Acting** (:class:`R2D2Policy`): epsilon-greedy on a numpy copy of the network, stepped
+  once per env step from the env's state row (``rnn``, kept by whoever steps the envs and
+  zeroed when the env's episode ends). Exploring, it returns the state each step *started
+  from* as the extra ``rnn_state``, so the learner stores the exact state a sequence was
+  acted from, serially and over a farm (whose actors keep their envs' states across
+  chunks). Greedy acting (evaluation) steps its own state rows the same way.
 * **Sequences** (:class:`SequenceAssembler`): every env's steps, in time order (the agent has
   ``independent_transitions = False``, so a farm delivers its actors' chunks side by side,
   step by step), are cut into sequences of ``seq_len`` steps; adjacent ones overlap by
@@ -42,7 +42,7 @@ episodes and every stored state is one an actor acted from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +50,11 @@ import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
 from harness.errors import ConfigError, IncompatibleError
+from harness.policy import State
 from harness.sequences import RECURRENT_KINDS, state_dim
+from harness_algos.bound_policy import BoundPolicy
 from harness_algos.dqn import check_q
 from harness_algos.offpolicy import check_replay
-from harness_algos.recurrent import RecurrentStates
 from harness_algos.sequence_replay import (
     SequenceAssembler,
     SequenceReplay,
@@ -363,8 +364,6 @@ class R2D2Agent(Agent):
             overlap=config.overlap,
             burn_in=config.burn_in,
         )
-        self.states = RecurrentStates(config.recurrent, config.rnn_hidden, info.num_envs)
-        """The acting states per training and evaluation env."""
 
     # --- acting -----------------------------------------------------------------------------
     @property
@@ -375,34 +374,10 @@ class R2D2Agent(Agent):
             c.exploration_initial_eps, c.exploration_final_eps, progress, c.exploration_fraction
         )
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        before = self.states.before_sample(len(obs))
-        q, after = self.algorithm.q_step(obs, before)
-        self.states.acting = np.asarray(after, np.float32)
-        actions = q.argmax(-1)
-        explore = self.rng.random(len(obs)) < self.epsilon
-        if explore.any():
-            random_actions = self.rng.integers(self.env_info.action.n, size=len(obs))
-            actions = np.where(explore, random_actions, actions)
-        return actions, {"rnn_state": before}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        q, after = self.algorithm.q_step(obs, self.states.before_predict(len(obs)))
-        self.states.evaluating = np.asarray(after, np.float32)
-        actions: np.ndarray = q.argmax(-1)
-        return actions
-
-    @property
-    def per_env_acting_state(self) -> bool:
-        return True  # (the LSTM state per env)
-
-    def episodes_ended(self, mask: np.ndarray) -> None:
-        self.states.ended(mask)
-
-    def predict_episodes_ended(self, mask: np.ndarray) -> None:
-        """The evaluation episodes of the envs in ``mask`` ended (or start): their predict
-        states restart from zeros (sized to ``mask``)."""
-        self.states.predict_ended(mask)
+    def policy(self) -> R2D2Policy:
+        return R2D2Policy(
+            self.algorithm, lambda: self.epsilon, lambda: self.rng, load=self.set_weights
+        )
 
     # --- experience -------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -412,7 +387,7 @@ class R2D2Agent(Agent):
         if states is None or np.shape(states) != (n, self.width):
             raise ValueError(
                 f"r2d2 stores the state each sequence was acted from: every step needs the "
-                f"(envs, {self.width}) 'rnn_state' extra that sample() returns (got "
+                f"(envs, {self.width}) 'rnn_state' extra its policy's act() returns (got "
                 f"{None if states is None else np.shape(states)})"
             )
         self.assembler.add(
@@ -450,24 +425,63 @@ class R2D2Agent(Agent):
 
     # --- resume -----------------------------------------------------------------------------
     def data_state(self) -> dict[str, np.ndarray]:
-        # the acting state is saved with the rest, so a restored agent continues exactly as the
-        # saved one would (harness.testing.check_algorithm); a resumed run zeroes it for its
-        # fresh episodes (SerialCollector), and the assembler cuts the sequences those
-        # episodes interrupt (the module doc)
-        state = self.replay.state_dict() | self.assembler.state_dict()
-        state["acting/state"] = self.states.acting
-        return state
+        # no acting state: a resumed run's envs start fresh episodes from zero states (the
+        # stepper's initial_state), and the assembler cuts the sequences those episodes
+        # interrupt (the module doc)
+        return self.replay.state_dict() | self.assembler.state_dict()
 
     def load_data_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Also reads checkpoints that hold the acting state agents once kept
+        (``acting/state``, ignored)."""
         self.replay.load_state_dict(state)
         self.assembler.load_state_dict(state)
-        acting = np.asarray(state["acting/state"], np.float32)
-        if acting.shape[1:] != (self.width,):
-            raise ConfigError(
-                f"the checkpoint's acting states have width {acting.shape[1:]}, this config's "
-                f"({self.width},): resume with the checkpoint's algo.recurrent and rnn_hidden."
-            )
-        self.states.acting = acting.copy()
+
+
+class R2D2Policy(BoundPolicy):
+    """Epsilon-greedy on :class:`R2D2`'s numpy copies (always its current weights), one
+    recurrent state row per env (``rnn``, zeros at an episode's start), for exploring and
+    greedy acting alike. Exploring draws what DQN draws from ``rng`` (None: the agent's own
+    generator), with ``epsilon()`` read at each act, and returns the state each step started
+    from as the extra ``rnn_state``."""
+
+    def __init__(
+        self,
+        algorithm: R2D2,
+        epsilon: Callable[[], float],
+        own_rng: Callable[[], np.random.Generator],
+        *,
+        load: Callable[[Mapping[str, np.ndarray]], None],
+    ) -> None:
+        self.algorithm = algorithm
+        self.epsilon = epsilon
+        self.own_rng = own_rng
+        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
+        super().__init__(load)
+
+    def initial_state(self, rows: int) -> State:
+        return {"rnn": np.zeros((rows, self.algorithm.width), np.float32)}
+
+    def act(
+        self,
+        obs: Any,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        before = np.asarray(state["rnn"], np.float32)
+        q, after = self.algorithm.q_step(obs, before)
+        actions: np.ndarray = q.argmax(-1)
+        new_state = {"rnn": np.asarray(after, np.float32)}
+        if not explore:
+            return actions, {}, new_state
+        rng = self.own_rng() if rng is None else rng
+        rows = len(obs)
+        explores = rng.random(rows) < self.epsilon()
+        if explores.any():
+            random_actions = rng.integers(self.algorithm.n_actions, size=rows)
+            actions = np.where(explores, random_actions, actions)
+        return actions, {"rnn_state": before}, new_state
 
 
 def make_agent(

@@ -8,7 +8,7 @@ to run, for measuring what the runner and the actor farm themselves cost
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from harness.api import (
     Transition,
     batch_size,
 )
+from harness.policy import Policy, State
 
 
 @dataclass
@@ -57,19 +58,16 @@ class RandomPolicy(Algorithm):
         pass
 
 
-class RandomAgent(Agent):
-    """Uniform actions; in a multi-agent env, each agent's from its own action space."""
+class Uniform(Policy):
+    """Uniform actions from ``rng`` (None: the agent's own generator) when exploring; greedy,
+    random too but a fixed function of each row's observation alone (seeded by its hash), so
+    acting for any subset of rows gives those rows' actions. In a multi-agent env each agent's
+    from its own action space. No weights, no state."""
 
-    algorithm: RandomPolicy
-    independent_transitions = True  # observe only counts steps
-
-    def __init__(
-        self, algorithm: RandomPolicy, info: EnvInfo, config: RandomConfig, *, seed: int
-    ) -> None:
-        super().__init__(algorithm, info, config, seed=seed)
-        self.name = "random"
-        self.rollout_len = config.rollout_len
-        self.n = info.num_envs
+    def __init__(self, info: EnvInfo, own_rng: Callable[[], np.random.Generator]) -> None:
+        self.multi_agent = info.multi_agent
+        self.own_rng = own_rng
+        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
         self.spaces: dict[str, SpaceInfo] = dict(info.actions) or {"": info.action}
         self.bounds = {
             name: (
@@ -90,16 +88,23 @@ class RandomAgent(Agent):
         return low + u * (high - low)
 
     def _random(self, count: int, rng: np.random.Generator) -> Any:
-        if self.env_info.multi_agent:
+        if self.multi_agent:
             return {name: self._one(name, count, rng) for name in self.spaces}
         return self._one("", count, rng)
 
-    def sample(self, obs: Obs) -> tuple[Any, dict[str, np.ndarray]]:
-        return self._random(batch_size(obs), self.rng), {}
+    def act(
+        self,
+        obs: Obs,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        if explore:
+            return self._random(batch_size(obs), self.own_rng() if rng is None else rng), {}, state
+        return self._hashed(obs), {}, state
 
-    def predict(self, obs: Obs) -> Any:
-        # deterministic like every predict(): random, but a fixed function of each row's
-        # observation alone (acting for any subset of rows gives those rows' actions)
+    def _hashed(self, obs: Obs) -> Any:
         parts = list(obs.values()) if isinstance(obs, Mapping) else [obs]
         rows = []
         for i in range(batch_size(obs)):
@@ -110,6 +115,27 @@ class RandomAgent(Agent):
         if isinstance(rows[0], Mapping):
             return {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
         return np.concatenate(rows)
+
+    def load(self, weights: Mapping[str, np.ndarray], version: int) -> None:
+        self.version = version  # (no weights)
+
+
+class RandomAgent(Agent):
+    """Acts through :class:`Uniform`; learns nothing."""
+
+    algorithm: RandomPolicy
+    independent_transitions = True  # observe only counts steps
+
+    def __init__(
+        self, algorithm: RandomPolicy, info: EnvInfo, config: RandomConfig, *, seed: int
+    ) -> None:
+        super().__init__(algorithm, info, config, seed=seed)
+        self.name = "random"
+        self.rollout_len = config.rollout_len
+        self.n = info.num_envs
+
+    def policy(self) -> Uniform:
+        return Uniform(self.env_info, lambda: self.rng)
 
     def observe(self, transition: Transition) -> None:
         self.env_steps += len(transition.terminated)

@@ -7,14 +7,15 @@ steps one layer per env step and a stored state is one ``(S,)`` array per env.
 
 How the state travels (docs/recurrent.md):
 
-* **Acting** (serially and in every farm actor): the agent keeps a state per env, steps the
-  layer's numpy copy once per env step, and zeroes an env's state when its episode ends
-  (``episodes_ended``). ``sample`` returns the state each step *started from* as the extra
-  ``rnn_state``, so it travels with the chunk like the behaviour log-probabilities do.
-* **Central inference** (``run.inference = "central"``): the policy server's agent keeps a
-  state for every env of the farm, one row each, and steps only the rows of the actors in a
-  batch (``sample_rows``); ended episodes and a replaced actor's fresh envs zero their rows
-  (``rows_ended``). The ``rnn_state`` extras are the same as an actor's own copy gives.
+* **Acting** (serially and in every farm actor): the state is the policy's state row ``rnn``
+  per env (:class:`harness_algos.rollout_policy.RolloutPolicy`), kept by whoever steps the
+  envs and zeroed where an episode ends. Each exploratory step runs the layer's numpy copy
+  once and returns the state it *started from* as the extra ``rnn_state``, so it travels with
+  the chunk like the behaviour log-probabilities do.
+* **Central inference** (``run.inference = "central"``): the policy server keeps the state
+  rows of every env of the farm in one shared array and acts for only the rows of the actors
+  in a batch; ended episodes and a replaced actor's fresh envs zero their rows. The
+  ``rnn_state`` extras are the same as an actor's own stepper gives.
 * **Learning**: a rollout is ``T`` steps of every env, each env's column one sequence. The
   learner keeps the ``rnn_state`` of each column's first step (the state the actor had there,
   whatever weights made it) and replays the sequence from it with the fused op, zeroing the
@@ -22,8 +23,7 @@ How the state travels (docs/recurrent.md):
   chunk (truncated BPTT over ``T`` steps); PPO's minibatches are whole sequences (envs).
 * A lost farm actor is replaced by one with fresh envs: its first chunk starts new episodes
   from zero states, never from a state the learner has not seen.
-* **Evaluation** (``predict``) keeps its own state per evaluation env, reset by
-  ``predict_episodes_ended`` at every episode start.
+* **Evaluation** acts greedily from its own state rows, zeroed at every episode start.
 """
 
 from __future__ import annotations
@@ -170,63 +170,14 @@ def sequence_minibatches(
         )
 
 
-class RecurrentStates:
-    """A recurrent agent's acting states: per training env (``sample``) and per evaluation
-    env (``predict``), one ``(S,)`` row each, zeroed where an episode ends or starts."""
-
-    def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
-        self.kind = kind
-        self.width = state_dim(kind, hidden)
-        self.acting = np.zeros((num_envs, self.width), np.float32)
-        """The state each training env's next ``sample`` starts from."""
-        self.evaluating = np.zeros((0, self.width), np.float32)
-        """The state each evaluation env's next ``predict`` starts from."""
-
-    def before_sample(self, rows: int) -> np.ndarray:
-        """The states the next ``sample`` of ``rows`` envs starts from (zeros for a batch of
-        another size, e.g. a conformance probe)."""
-        if len(self.acting) != rows:
-            self.acting = np.zeros((rows, self.width), np.float32)
-        return self.acting
-
-    def rows_before(self, rows: slice | np.ndarray, num_rows: int) -> np.ndarray:
-        """The states rows ``rows`` of ``num_rows`` training envs start their next step from
-        (a policy server's ``sample_rows``), as a copy: :meth:`rows_after` overwrites them
-        while the caller keeps these as the step's ``rnn_state``."""
-        return np.array(self.before_sample(num_rows)[rows])
-
-    def rows_after(self, rows: slice | np.ndarray, state: np.ndarray) -> None:
-        """Rows ``rows`` stepped to ``state``; the other rows keep theirs."""
-        self.acting[rows] = state
-
-    def rows_ended(self, rows: np.ndarray, num_rows: int) -> None:
-        """``rows_ended``: rows ``rows`` of ``num_rows`` training envs start from zeros."""
-        self.before_sample(num_rows)[rows] = 0.0
-
-    def before_predict(self, rows: int) -> np.ndarray:
-        """The same for ``predict``'s evaluation envs."""
-        if len(self.evaluating) != rows:
-            self.evaluating = np.zeros((rows, self.width), np.float32)
-        return self.evaluating
-
-    def ended(self, mask: np.ndarray) -> None:
-        """``episodes_ended``: the training envs in ``mask`` start from zeros."""
-        if len(mask) == len(self.acting):
-            self.acting[np.asarray(mask, bool)] = 0.0
-
-    def predict_ended(self, mask: np.ndarray) -> None:
-        """``predict_episodes_ended``: the evaluation envs in ``mask`` start from zeros."""
-        self.before_predict(len(mask))
-        self.evaluating[np.asarray(mask, bool)] = 0.0
-
-
-class AgentMemory(RecurrentStates):
-    """A recurrent actor-critic's states (:class:`RecurrentStates`), the state each rollout
+class AgentMemory:
+    """What a recurrent actor-critic's learner keeps of the states: the state each rollout
     column started from, and the final observations of truncated episodes whose bootstrap
-    values wait for the learner's sequence pass."""
+    values wait for the learner's sequence pass (acting states are the policy's rows)."""
 
     def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
-        super().__init__(kind, hidden, num_envs)
+        self.width = state_dim(kind, hidden)
+        """One env's state width (an LSTM's ``(h, c)`` side by side)."""
         self.rollout_start = np.zeros((num_envs, self.width), np.float32)
         """The ``rnn_state`` of the current rollout's first step, per env."""
         self.truncations: list[tuple[int, np.ndarray, np.ndarray]] = []

@@ -8,6 +8,7 @@ import importlib.metadata as md
 import secrets
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -16,8 +17,9 @@ import numpy as np
 import pytest
 
 from harness import hookimpl
-from harness.api import EnvInfo, SpaceInfo
+from harness.api import Agent, EnvInfo, SpaceInfo
 from harness.plugins import HarnessPluginManager, collect_registry, make_plugin_manager
+from harness.policy import own_policy
 from harness.registry import AlgorithmSpec, EnvSpec, Registry, TransportSpec
 from harness.testing import check_algorithm, check_backend, check_env, check_transport
 
@@ -147,6 +149,35 @@ def test_first_party_algorithm_conforms(
     spec = first_party()[1].algorithms.get(name)
     config = conformance_config(spec, kind, tmp_path)
     check_algorithm(spec, harness_backend, case_info(kind), config=config)
+
+
+ACTING_HOOKS = (
+    "sample",
+    "predict",
+    "episodes_ended",
+    "predict_episodes_ended",
+    "per_env_acting_state",
+    "acts_by_rows",
+    "sample_rows",
+    "rows_ended",
+)
+"""The acting hooks of agents written before ``Policy`` (harness.policy.AgentPolicy's)."""
+
+
+@pytest.mark.parametrize(("name", "kind"), algorithm_cases())
+def test_first_party_algorithm_acts_through_a_policy_of_its_own(
+    name: str, kind: str, torch_backend: Any, tmp_path: Any
+) -> None:
+    """Every first-party agent returns a policy of its own from ``Agent.policy()`` (never the
+    deprecated adapter, which would warn) and overrides none of the old acting hooks."""
+    spec = first_party()[1].algorithms.get(name)
+    config = conformance_config(spec, kind, tmp_path) or spec.config_cls()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        agent = spec.make_agent(case_info(kind), torch_backend, config, seed=0, total_steps=10)
+        assert own_policy(agent) is not None, f"{name} acts through the adapter"
+    kept = [hook for hook in ACTING_HOOKS if getattr(type(agent), hook) is not getattr(Agent, hook)]
+    assert not kept, f"{type(agent).__name__} still overrides Agent.{', '.join(kept)}"
 
 
 @pytest.mark.parametrize("name", ["cql", "cql-discrete"])
@@ -482,27 +513,27 @@ def test_importing_the_test_helpers_imports_no_framework() -> None:
 
 
 @pytest.mark.parametrize("name", ["ppo", "impala"])
-def test_recurrent_on_policy_agents_conform_and_act_by_rows(
+def test_recurrent_on_policy_agents_conform_with_state_rows(
     name: str, harness_backend: Any
 ) -> None:
-    """Recurrent PPO and IMPALA keep their acting state by row for central inference
-    (``acts_by_rows``): check_algorithm holds ``sample_rows`` / ``rows_ended`` to ``sample`` /
-    ``episodes_ended`` on every backend."""
+    """Recurrent PPO and IMPALA act through a policy whose recurrent state is explicit rows
+    (what the steppers and the policy server keep): check_algorithm holds it to acting for any
+    rows as for all, to not writing its state in place and to resetting ended rows, on every
+    backend."""
     spec = first_party()[1].algorithms.get(name)
     config = spec.config_cls(recurrent="lstm", rnn_hidden=16)
     agent = spec.make_agent(case_info("discrete"), harness_backend, config, seed=0, total_steps=1)
-    assert agent.acts_by_rows  # (so the rows check below runs)
+    assert set(agent.policy().initial_state(3)) == {"rnn"}  # (so the state checks run)
     check_algorithm(spec, harness_backend, case_info("discrete"), config=config, steps=512)
 
 
 @pytest.mark.parametrize("name", ["ppo", "impala"])
-def test_correlated_noise_agents_conform_and_act_by_rows(name: str, harness_backend: Any) -> None:
-    """``algo.noise_correlation`` makes each env's exploration noise per-env acting state:
-    check_algorithm holds it to save/restore (the noise is checkpointed) and ``sample_rows`` /
-    ``rows_ended`` to ``sample`` / ``episodes_ended``, so a policy server acts as an actor's
-    own copy would."""
+def test_correlated_noise_agents_conform_with_state_rows(name: str, harness_backend: Any) -> None:
+    """``algo.noise_correlation`` makes each env's last exploration noise a state row of the
+    policy (``noise``, ``noise_fresh``), kept and reset by whoever steps the envs, so a policy
+    server acts as an actor's own stepper would; check_algorithm holds the policy to it."""
     spec = first_party()[1].algorithms.get(name)
     config = spec.config_cls(noise_correlation=0.9)
     agent = spec.make_agent(case_info("box"), harness_backend, config, seed=0, total_steps=1)
-    assert agent.per_env_acting_state and agent.acts_by_rows  # (so the rows check runs)
+    assert set(agent.policy().initial_state(3)) == {"noise", "noise_fresh"}
     check_algorithm(spec, harness_backend, case_info("box"), config=config, steps=512)

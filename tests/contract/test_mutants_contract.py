@@ -23,6 +23,7 @@ from test_conformance import (  # same directory: pytest puts it on sys.path
 )
 
 from harness import numpy_nets, sequences
+from harness.policy import Policy, State
 from harness.pytest_plugin import cpu_backend
 from harness.registry import AlgorithmSpec, EnvSpec
 from harness.testing import check_algorithm, check_backend, check_env
@@ -388,13 +389,29 @@ def test_check_backend_fails_on_a_recurrent_layer_that_cannot_be_frozen() -> Non
 
 
 # ------------------------------------------------------------------------------------------
-# 6. Per-env acting state kept by row (central inference) that an episode end does not reset
+# 6. Per-env acting state that an episode end does not reset
 
 
-def test_check_algorithm_fails_when_rows_ended_resets_nothing(torch_backend: Any) -> None:
-    spec = mutant("ppo", rows_ended=lambda agent, rows, num_rows: None)
+class _ResetsNothing(Policy):
+    """A real policy whose ``reset`` keeps the ended rows' state."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def initial_state(self, rows: int) -> State:
+        return self.policy.initial_state(rows)
+
+    def act(self, obs: Any, state: State, rng: Any = None, *, explore: bool) -> Any:
+        return self.policy.act(obs, state, rng, explore=explore)
+
+    def reset(self, state: State, mask: np.ndarray, *, explore: bool) -> State:
+        return state
+
+
+def test_check_algorithm_fails_when_a_policy_reset_resets_nothing(torch_backend: Any) -> None:
+    spec = mutant("ppo", policy=lambda agent: _ResetsNothing(agent.policy()))
     config = spec.config_cls(recurrent="lstm", rnn_hidden=16)
-    with pytest.raises(AssertionError, match="sample_rows"):
+    with pytest.raises(AssertionError, match=r"after reset\(\) of every other row"):
         check_algorithm(spec, torch_backend, DISCRETE, config=config, steps=512)
 
 

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from test_conformance import DISCRETE, first_party  # same directory: on sys.path
 
+from harness.api import Agent
 from harness.policy import AgentPolicy, Policy, State
+from harness.policy import own_policy as own_policy_of
 from harness.registry import AlgorithmSpec
 from harness.runtime import EnvStepper
 from harness.testing import check_algorithm
@@ -113,16 +115,52 @@ def test_check_algorithm_catches_a_broken_policy(case: str, torch_backend: Any) 
         check_algorithm(ppo_with(make), torch_backend, DISCRETE, steps=1024)
 
 
-def test_an_agent_without_a_policy_of_its_own_acts_through_its_hooks(torch_backend: Any) -> None:
+class HooksOnly(Agent):
+    """An agent written before ``Policy``: it acts through ``sample`` / ``predict`` (a real
+    PPO agent's) and has no ``policy()`` of its own."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner.algorithm, inner.env_info, inner.config)
+        self.inner, self.rollout_len = inner, inner.rollout_len
+
+    def sample(self, obs: Any) -> Any:
+        return self.inner.sample(obs)
+
+    def predict(self, obs: Any) -> Any:
+        return self.inner.predict(obs)
+
+    def observe(self, transition: Any) -> None:
+        self.inner.observe(transition)
+
+    def learn(self) -> dict[str, float]:
+        return self.inner.learn()
+
+    def save(self, directory: Any) -> None:
+        self.inner.save(directory)
+
+    def restore(self, directory: Any, *, with_data: bool = True) -> None:
+        self.inner.restore(directory, with_data=with_data)
+
+
+def test_an_agent_written_before_policy_acts_through_its_hooks_with_a_warning(
+    torch_backend: Any,
+) -> None:
     ppo = first_party()[1].algorithms.get("ppo")
-    agent = ppo.make_agent(DISCRETE, torch_backend, ppo.config_cls(), seed=0, total_steps=10)
-    policy = agent.policy()
-    assert isinstance(policy, Policy)
+
+    def make_agent(*args: Any, **kwargs: Any) -> HooksOnly:
+        return HooksOnly(ppo.make_agent(*args, **kwargs))
+
+    agent = make_agent(DISCRETE, torch_backend, ppo.config_cls(), seed=0, total_steps=10)
+    with pytest.warns(DeprecationWarning, match=r"HooksOnly acts through.*Agent\.policy\(\)"):
+        policy = agent.policy()
+    assert isinstance(policy, AgentPolicy) and own_policy_of(agent) is None
     obs = np.zeros((DISCRETE.num_envs, *DISCRETE.observation.shape), np.float32)
     actions, extras, state = policy.act(obs, policy.initial_state(len(obs)), explore=True)
     again = agent.sample(obs)  # (the same hooks: the agent's RNG moved on in between)
     assert actions.shape == again[0].shape == (len(obs),) and set(extras) == set(again[1])
     assert state == {}
+    spec = AlgorithmSpec("hooks_only", make_agent, ppo.config_cls, plugin="tests")
+    check_algorithm(spec, torch_backend, DISCRETE, steps=1024)  # (the adapter conforms)
 
 
 def test_the_stepper_owns_the_state_and_resets_ended_rows() -> None:

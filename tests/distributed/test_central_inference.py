@@ -9,9 +9,10 @@ farm.
   actors; PPO's rollouts are acted by the newest weights throughout.
 - Exactly once: actors killed every few seconds, and a policy server that fails mid-run, are
   replaced; every transition the learner received was observed once.
-- Bad configs fail at start-up naming the key and the fix (an agent with per-env acting
-  state it cannot keep by row included: ES, R2D2; recurrent PPO and IMPALA are served,
-  tests/distributed/test_central_recurrent.py).
+- Bad configs fail at start-up naming the key and the fix. Policies with per-env state rows
+  are served by row: ES's perturbations and R2D2's recurrent states here, recurrent PPO and
+  IMPALA in tests/distributed/test_central_recurrent.py (an agent written before ``Policy``
+  that keeps state it cannot keep by row is refused: tests/unit/test_acting_plan.py).
 """
 
 from __future__ import annotations
@@ -31,14 +32,8 @@ from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.runtime import env_info, make_agent, make_envs
-from harness.runtime.inference import (
-    AUTO_MIN_ACTORS,
-    CentralActing,
-    PolicyServer,
-    batch_rows,
-    choose_central,
-    plan_acting,
-)
+from harness.runtime.acting import AUTO_MIN_ACTORS, choose_central, plan_acting
+from harness.runtime.inference import CentralActing, PolicyServer, batch_rows
 
 pytestmark = pytest.mark.distributed
 
@@ -296,7 +291,7 @@ def test_impala_on_two_actors_with_central_inference_solves_cartpole(tmp_path: P
 
 
 class ServerFault(Periodic):
-    """Makes the policy server's agent raise in the middle of a batch every ``every``
+    """Makes the policy server's policy raise in the middle of a batch every ``every``
     seconds, at its ``AFTER``-th batch from then (inside a rollout, not between two): the
     server is replaced (a fresh agent) and its actors carry on."""
 
@@ -307,7 +302,7 @@ class ServerFault(Periodic):
         return self.count
 
     def strike(self, run: Any) -> None:
-        agent = run.collector.server.agent
+        server = run.collector.server
         calls = [0]
 
         def failing(method: Any) -> Any:
@@ -319,9 +314,11 @@ class ServerFault(Periodic):
 
             return call
 
-        agent.sample = failing(agent.sample)
-        # (what the server calls for an agent with per-env state by row: recurrent ones)
-        agent.sample_rows = failing(agent.sample_rows)
+        if server.policy is not None:  # (what the server acts through: the agent's policy)
+            server.policy.act = failing(server.policy.act)
+        else:  # (an agent acting through sample, or sample_rows by row)
+            server.agent.sample = failing(server.agent.sample)
+            server.agent.sample_rows = failing(server.agent.sample_rows)
 
 
 @pytest.mark.parametrize(
@@ -373,20 +370,9 @@ def test_killed_actors_and_a_failed_server_lose_nothing(
     ("overrides", "files", "match"),
     [
         (["actors=0"], (), r"run\.inference = 'central'.*run\.actors = 0.*--actors 2"),
-        (
-            ["actors=2"],
-            (ES,),
-            r"cannot serve algorithm 'es'.*acting state per env.*run\.inference = 'actor'",
-        ),
         (["actors=2", "inference_wait_ms=-1"], (), r"run\.inference_wait_ms = -1.*0 serves"),
-        (
-            ["actors=2"],
-            (R2D2,),
-            r"cannot serve algorithm 'r2d2'.*acting state per env.*Agent\.acts_by_rows.*"
-            r"run\.inference = 'actor'",
-        ),
     ],
-    ids=["no-actors", "es", "negative-wait", "r2d2"],
+    ids=["no-actors", "negative-wait"],
 )
 def test_central_inference_that_cannot_work_is_refused_at_start_up(
     tmp_path: Path, overrides: list[str], files: tuple[Path, ...], match: str
@@ -394,6 +380,30 @@ def test_central_inference_that_cannot_work_is_refused_at_start_up(
     with pytest.raises(ConfigError, match=match):
         run_farm(tmp_path, [*overrides, "inference='central'"], files=files)
     assert not any(tmp_path.iterdir()), "a refused start left a run directory behind"
+
+
+@pytest.mark.parametrize("files", [(ES,), (R2D2,)], ids=["es", "r2d2"])
+def test_policies_with_state_rows_are_served_by_row(tmp_path: Path, files: tuple[Path]) -> None:
+    """ES (each episode's perturbation, drawn at its start) and R2D2 (a recurrent state) act
+    through policies whose per-env state is rows: the server keeps them for every env of a
+    2-actor farm, and every step it acted is observed once."""
+    result, rec = run_farm(
+        tmp_path,
+        [
+            "actors=2",
+            "num_envs=4",
+            "total_steps=3000",
+            "eval_every=0",
+            "checkpoint_every=0",
+            "stop_at_return=0",
+            "inference='central'",
+        ],
+        files=files,
+    )
+    assert rec.central
+    farm = [m for m in rec.metrics if "farm/received_steps" in m]
+    assert farm and farm[-1]["farm/inference_batch"] > 0
+    assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
 
 
 class _NoRelayClient:
@@ -476,7 +486,7 @@ def _auto(files: list[Path], overrides: list[str]) -> tuple[bool, str]:
         ([], ["actors=2"], False, "2 actors (<"),
         ([], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
         ([], [f"actors={AUTO_MIN_ACTORS}", "cluster='tcp://127.0.0.1:1'"], False, "remote"),
-        ([ES], [f"actors={AUTO_MIN_ACTORS}"], False, "cannot be batched"),
+        ([ES], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
         ([MASKED_PPO], [f"actors={AUTO_MIN_ACTORS}"], True, f"{AUTO_MIN_ACTORS} actors (>="),
         ([IMPALA], ["env='ALE/Pong-v5'", "actors=2"], False, "2 actors (<"),
     ],

@@ -49,6 +49,31 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return np.asarray(z - np.log(np.exp(z).sum(-1, keepdims=True)))
 
 
+class _Reference:
+    """An actor's own stepper: the policy of an agent for that actor's envs and the state
+    rows it keeps for them (what a per-actor farm actor does)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent, self.policy = agent, agent.policy()
+        self.state = self.policy.initial_state(agent.env_info.num_envs)
+
+    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        actions, extras, self.state = self.policy.act(obs, self.state, explore=True)
+        return actions, extras
+
+    def episodes_ended(self, mask: np.ndarray) -> None:
+        self.state = self.policy.reset(self.state, mask, explore=True)
+
+    def outputs(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The policy head's outputs on ``obs`` from the envs' states (no draw) and those
+        states; the states step on as acting would."""
+        before = self.state["rnn"]
+        x = self.agent.policy_obs(obs)
+        outs, after = self.agent.algorithm.policy_outputs(x, before)
+        self.state = {**self.state, "rnn": np.asarray(after, np.float32)}
+        return outs[0], before
+
+
 class _Setup:
     """A learner's weights, a policy server for ``WIDTHS`` and, per actor, the reference: an
     agent of that actor's width acting as a per-actor farm actor's copy would."""
@@ -92,11 +117,11 @@ class _Setup:
             self.config, self.registry, dataclasses.replace(self.info, num_envs=width)
         )
 
-    def reference(self, width: int) -> Any:
+    def reference(self, width: int) -> _Reference:
         agent = self.make(width)
         agent.set_weights(self.weights)
         agent.rng = self.rng
-        return agent
+        return _Reference(agent)
 
     def close(self) -> None:
         for actor in self.actors:
@@ -111,13 +136,13 @@ def _same(got: tuple[np.ndarray, dict[str, Any]], want: tuple[np.ndarray, dict[s
         np.testing.assert_allclose(got[1][key], value, rtol=1e-6, atol=1e-7, err_msg=key)
 
 
-def _replayed(ref: Any, obs: np.ndarray, answer: tuple[np.ndarray, dict[str, Any]]) -> None:
+def _replayed(ref: _Reference, obs: np.ndarray, answer: tuple[np.ndarray, dict[str, Any]]) -> None:
     """``answer`` (actions, extras) was acted from ``ref``'s state for its envs: the same
     ``rnn_state`` and the log-probabilities of those actions (whatever the draws were)."""
-    outs, extras = ref.acting_outputs(obs)
-    np.testing.assert_allclose(answer[1]["rnn_state"], extras["rnn_state"], atol=1e-6)
+    logits, before = ref.outputs(obs)
+    np.testing.assert_allclose(answer[1]["rnn_state"], before, atol=1e-6)
     actions = answer[1]["action"]
-    want = np.take_along_axis(_log_softmax(outs[0]), actions[:, None], -1)[:, 0]
+    want = np.take_along_axis(_log_softmax(logits), actions[:, None], -1)[:, 0]
     np.testing.assert_allclose(answer[1]["log_prob"], want, rtol=1e-5, atol=1e-5)
 
 
@@ -141,7 +166,7 @@ def test_the_server_acts_for_every_env_as_its_own_actor_would(
         for _ in range(12):
             for i in range(len(WIDTHS)):
                 step(i)
-        assert s.refs[0].memory.acting.any(), "no state was carried between steps"
+        assert s.refs[0].state["rnn"].any(), "no state was carried between steps"
 
         # actor 1 dies with a request open and is replaced (its successor steps fresh envs):
         # the server answers the dead one's request after the successor attached, and still
@@ -167,12 +192,13 @@ def test_the_server_acts_for_every_env_as_its_own_actor_would(
                 if i == 1 and t == 0:
                     assert not got[1]["rnn_state"].any(), "a fresh actor's envs kept old states"
 
-        # the server's agent fails inside a batch: its replacement carries the states over
-        # and answers the open request as if nothing happened
-        def broken(*args: Any) -> Any:
+        # the server's policy fails inside a batch: its replacement acts on from the server's
+        # state rows and answers the open request as if nothing happened
+        def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("policy worker lost (injected)")
 
-        s.server.agent.sample_rows = broken  # type: ignore[method-assign]
+        assert s.server.policy is not None
+        s.server.policy.act = broken  # type: ignore[method-assign]
         for _ in range(3):
             for i in range(len(WIDTHS)):
                 step(i)

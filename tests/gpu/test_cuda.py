@@ -308,7 +308,7 @@ def test_auto_serves_an_image_policy_from_the_learners_gpu() -> None:
     from harness.config import layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
     from harness.runtime import env_info, make_agent, make_envs
-    from harness.runtime.inference import choose_central
+    from harness.runtime.acting import choose_central
 
     root = Path(__file__).resolve().parents[2]
     pack = root / "competitions" / "cartpole" / "pack.toml"

@@ -124,11 +124,14 @@ def test_ddpg_ensemble_conforms(torch_backend) -> None:  # type: ignore[no-untyp
 
 def test_ddpg_ensemble_acts_with_the_best_scored_head(torch_backend) -> None:  # type: ignore[no-untyped-def]
     """Greedy acting scores every head's action with every critic and takes the action with
-    the highest mean Q; exploration follows each env's own head and redraws it only for the
-    envs whose episode ended."""
+    the highest mean Q; exploration follows each env's own head (the policy's state row
+    ``head``, drawn from the agent's generator at the first exploratory step, as the agent
+    drew its heads when it was made) and redraws it only for the envs whose episode ended."""
     from harness_algos.ddpg import DDPGConfig, make_agent
+    from harness_algos.offpolicy import gaussian_explore
 
-    agent = make_agent(BOX, torch_backend, DDPGConfig(ensemble=4, hidden=[16]), seed=3)
+    config = DDPGConfig(ensemble=4, hidden=[16], learning_starts=0)
+    agent = make_agent(BOX, torch_backend, config, seed=3)
     algo = agent.algorithm
     obs = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     candidates = algo.head_actions(obs)
@@ -143,16 +146,51 @@ def test_ddpg_ensemble_acts_with_the_best_scored_head(torch_backend) -> None:  #
     expected = candidates[scores.argmax(0), np.arange(5)]
     np.testing.assert_allclose(algo.act(obs), expected, rtol=1e-6)
     assert not np.allclose(candidates[0], candidates[1])  # the heads really differ
-    before = agent.heads.copy()
+
+    policy = agent.policy()
+    fresh = policy.initial_state(3)
+    greedy, _, kept = policy.act(obs[:3], fresh, explore=False)
+    np.testing.assert_allclose(greedy, agent.to_env(expected[:3]), rtol=1e-6)
+    assert kept is fresh and (fresh["head"] == -1).all()  # greedy acting draws no head
+    _, extras, state = policy.act(obs[:3], fresh, explore=True)
+    assert extras == {} and (fresh["head"] == -1).all()  # (a new state, not written into)
+    before = state["head"].copy()
+    np.testing.assert_array_equal(before, np.random.default_rng(3).integers(4, size=3))
+    noise = gaussian_explore(candidates[before, np.arange(3)], 0.1, np.random.default_rng(5))
+    again, _, _ = policy.act(obs[:3], state, np.random.default_rng(5), explore=True)
+    np.testing.assert_allclose(again, agent.to_env(noise), rtol=1e-6)  # each row's own head
     for _ in range(20):  # nothing ended: nobody switches
-        agent.episodes_ended(np.zeros(3, bool))
-    np.testing.assert_array_equal(agent.heads, before)
+        state = policy.reset(state, np.zeros(3, bool), explore=True)
+    np.testing.assert_array_equal(state["head"], before)
     switched = set()
     for _ in range(50):
-        agent.episodes_ended(np.array([True, False, False]))
-        switched.add(int(agent.heads[0]))
-        np.testing.assert_array_equal(agent.heads[1:], before[1:])
+        held = state["head"]
+        state = policy.reset(state, np.array([True, False, False]), explore=True)
+        assert state["head"] is not held
+        switched.add(int(state["head"][0]))
+        np.testing.assert_array_equal(state["head"][1:], before[1:])
     assert switched == {0, 1, 2, 3}
+
+
+def test_ddpg_checkpoint_holds_no_acting_state_and_loads_one_that_does(
+    torch_backend,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """The ensemble's heads are the policy's per-env state, kept by whoever steps the envs:
+    a checkpoint no longer holds them (a resumed run starts new episodes, each drawing its
+    head), and the agent state of a checkpoint written when it did still loads."""
+    from harness_algos.ddpg import DDPGConfig, make_agent
+
+    config = DDPGConfig(ensemble=3, hidden=[16])
+    agent = make_agent(BOX, torch_backend, config, seed=1)
+    assert "heads" not in agent.extra_state()
+    agent.save(tmp_path / "ckpt")
+    restored = make_agent(BOX, torch_backend, config, seed=2)
+    restored.restore(tmp_path / "ckpt")
+    assert restored.rng.bit_generator.state == agent.rng.bit_generator.state
+    old = {**agent.extra_state(), "heads": [2, 0, 1]}  # (what checkpoints held before)
+    restored.load_extra_state(old)
+    np.testing.assert_array_equal(restored.policy().initial_state(3)["head"], [-1, -1, -1])
 
 
 def test_unbounded_action_box_is_refused() -> None:

@@ -369,16 +369,21 @@ def test_qmix_checkpoint_round_trip_reproduces_predictions(
     probes = [obs() for _ in range(6)]
     fresh = _qmix(torch_backend, seed=9, recurrent=True, last_action=True)
     differs = False
+    # greedy acting as an evaluation does: each policy's state rows, reset at the start
+    policies = [a.policy() for a in (agent, restored, fresh)]
+    states = [p.reset(p.initial_state(2), np.ones(2, bool), explore=False) for p in policies]
     for probe in probes:
-        mine, theirs, untrained = (
-            agent.predict(probe),
-            restored.predict(probe),
-            fresh.predict(probe),
-        )
+        acted = []
+        for k, policy in enumerate(policies):
+            actions, _, states[k] = policy.act(probe, states[k], explore=False)
+            acted.append(actions)
+        mine, theirs, untrained = acted
         for a in info.agents:
             np.testing.assert_array_equal(mine[a], theirs[a])
             differs |= bool((mine[a] != untrained[a]).any())
-        np.testing.assert_allclose(agent.eval_hidden, restored.eval_hidden, rtol=1e-6)
+        assert states[0].keys() == {"hidden", "last"}
+        for key, value in states[0].items():
+            np.testing.assert_allclose(states[1][key], value, rtol=1e-6)
     assert differs, "the probe cannot tell a trained agent from an untrained one"
     assert restored.replay.size == agent.replay.size
 

@@ -38,6 +38,7 @@ from harness.checkpoint import latest_checkpoint
 from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
+from harness.policy import Policy, State
 from harness.pytest_plugin import cpu_backend
 from harness.runtime import evaluate, load_agent
 from harness_algos.r2d2 import R2D2Agent, R2D2Config, make_agent
@@ -82,23 +83,25 @@ def _train(algo: str, seed: int, steps: int, out: Path, *extra: str) -> tuple[An
     return config, registry, load_agent(config, registry, latest_checkpoint(chosen))
 
 
-class Forgetful:
-    """``agent``'s greedy policy with its recurrent state reset before every step (no
-    ``predict_episodes_ended``: the evaluation loop has nothing to reset)."""
+class Forgetful(Policy):
+    """``agent``'s greedy policy acting from its initial (zero) recurrent state at every
+    step: the state the evaluation loop keeps is never used."""
 
     def __init__(self, agent: Any) -> None:
-        self.agent = agent
+        self.policy = agent.policy()
 
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        self.agent.predict_episodes_ended(np.ones(len(obs), bool))
-        actions: np.ndarray = self.agent.predict(obs)
-        return actions
+    def act(
+        self, obs: Any, state: State, rng: Any = None, *, explore: bool
+    ) -> tuple[Any, dict[str, np.ndarray], State]:
+        fresh = self.policy.initial_state(len(obs))
+        actions, _, _ = self.policy.act(obs, fresh, explore=False)
+        return actions, {}, {}
 
 
 def check_memory_learned(seed: int, r2d2_steps: int, dqn_steps: int, out: Path) -> None:
     config, registry, agent = _train("r2d2", seed, r2d2_steps, out / "r2d2")
     learned = evaluate(agent, config, registry, EPISODES, seed=777_000 + seed).mean
-    memoryless: Any = Forgetful(agent)  # (evaluate() needs only predict)
+    memoryless = Forgetful(agent)
     forgetful = evaluate(memoryless, config, registry, EPISODES, seed=777_000 + seed).mean
     config, registry, dqn = _train("dqn", seed, dqn_steps, out / "dqn", "stop_at_return=1e9")
     feed_forward = evaluate(dqn, config, registry, EPISODES, seed=777_000 + seed).mean
@@ -227,26 +230,31 @@ def _agent(backend: Any, seed: int = 0, **overrides: Any) -> R2D2Agent:
 
 class Episodes:
     """Two envs with episodes of fixed lengths (a step's observation is (episode, t, env +
-    1), never all zeros) that end terminated (even episodes) or truncated (odd ones)."""
+    1), never all zeros) that end terminated (even episodes) or truncated (odd ones), stepped
+    as a run's stepper does: through the agent's policy, keeping its state rows (``state``,
+    None: the policy's initial state) and resetting those of ended episodes."""
 
     def __init__(self, lengths: tuple[int, int]) -> None:
         self.lengths = lengths
         self.t = np.zeros(2, np.int64)
         self.episode = np.zeros(2, np.int64)
+        self.state: dict[str, np.ndarray] | None = None
 
     def obs(self) -> np.ndarray:
         return np.stack([self.episode, self.t, [1, 2]], 1).astype(np.float32)
 
     def step(self, agent: R2D2Agent) -> Transition:
         obs = self.obs()
-        actions, extras = agent.sample(obs)
+        policy = agent.policy()
+        state = policy.initial_state(2) if self.state is None else self.state
+        actions, extras, self.state = policy.act(obs, state, explore=True)
         self.t += 1
         ended = self.t == self.lengths
         final = self.obs()
         terminated = ended & (self.episode % 2 == 0)
         self.t[ended] = 0
         self.episode[ended] += 1
-        agent.episodes_ended(ended)
+        self.state = policy.reset(self.state, ended, explore=True)
         return Transition(
             obs, actions, self.t * 0 + 1.0, final, terminated, ended & ~terminated, extras
         )
@@ -301,7 +309,7 @@ def test_a_reset_env_cuts_its_sequence(torch_backend: Any, sign: str) -> None:
         env.t[:] = 0
         env.episode[:] = 7
     if sign != "observation":
-        agent.episodes_ended(np.ones(2, bool))
+        env.state = None  # (zeros: a fresh stepper's initial state)
     agent.observe(env.step(agent))
     replay = agent.replay
     assert replay.size == 2
@@ -342,13 +350,13 @@ def test_a_restored_agent_continues_the_sequences_it_was_writing(
         a.observe(env.step(a))
         a.learn()
     a.save(tmp_path / "ck")
-    state = (env.t.copy(), env.episode.copy())
+    state = (env.t.copy(), env.episode.copy(), env.state)  # (acting state: the stepper's)
     for _ in range(8):
         a.observe(env.step(a))
         a.learn()
     b = _agent(torch_backend, seed=5)
     b.restore(tmp_path / "ck")
-    env.t, env.episode = state
+    env.t, env.episode, env.state = state
     for _ in range(8):
         b.observe(env.step(b))
         b.learn()

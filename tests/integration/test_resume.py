@@ -15,6 +15,7 @@ import pytest
 from harness.api import EnvInfo, SpaceInfo, Transition
 from harness.checkpoint import latest_checkpoint, save_checkpoint
 from harness.plugins import collect_registry, make_plugin_manager
+from harness.policy import State, as_policy
 
 PACK = Path(__file__).resolve().parents[2] / "competitions" / "cartpole"
 
@@ -65,15 +66,18 @@ def _agent(algo: str, seed: int = 0):  # type: ignore[no-untyped-def]
         cfg.prioritized = True
     else:
         cfg.n_steps, cfg.batch_size, cfg.n_epochs = 8, 8, 2
-        if algo == "ppo-lstm":  # the acting states are restored too
+        if algo == "ppo-lstm":  # (the acting states are the caller's: passed on by the test)
             cfg.recurrent, cfg.rnn_hidden = "lstm", 8
     return spec.make_agent(info, backend, cfg, seed=seed, total_steps=10_000)
 
 
-def _feed(agent, rng: np.random.Generator, steps: int) -> None:  # type: ignore[no-untyped-def]
+def _feed(agent, rng: np.random.Generator, steps: int, state: State) -> State:  # type: ignore[no-untyped-def]
+    """``steps`` steps of made-up experience acted by ``agent``'s policy from ``state`` (the
+    policy's per-env state, which whoever steps the envs keeps); the state after them."""
+    policy = as_policy(agent)
     for _ in range(steps):
         obs = rng.standard_normal((4, 4)).astype(np.float32)
-        actions, extras = agent.sample(obs)
+        actions, extras, state = policy.act(obs, state, explore=True)
         agent.observe(
             Transition(
                 obs,
@@ -86,18 +90,19 @@ def _feed(agent, rng: np.random.Generator, steps: int) -> None:  # type: ignore[
             )
         )
         agent.learn()
+    return state
 
 
 @pytest.mark.parametrize("algo", ["dqn", "ppo", "ppo-lstm"])
 def test_restored_agent_continues_identically(algo: str, tmp_path: Path) -> None:
     a = _agent(algo)
-    _feed(a, np.random.default_rng(1), 24)
+    state = _feed(a, np.random.default_rng(1), 24, as_policy(a).initial_state(4))
     a.save(tmp_path / "ck")
-    _feed(a, np.random.default_rng(2), 16)
+    _feed(a, np.random.default_rng(2), 16, state)
     # the framework RNG is process-global: restore b only after a is done with it
     b = _agent(algo, seed=99)  # different init and RNG: everything must come from the checkpoint
     b.restore(tmp_path / "ck")
-    _feed(b, np.random.default_rng(2), 16)
+    _feed(b, np.random.default_rng(2), 16, state)
     wa, wb = a.weights(), b.weights()
     assert wa.keys() == wb.keys()
     for key in wa:

@@ -1,5 +1,5 @@
 """``run.inference`` is decided once, at build time, into the run's ``ActingPlan``
-(``harness.runtime.inference.plan_acting``): one plan per mode (serial, per actor, central),
+(``harness.runtime.acting.plan_acting``): one plan per mode (serial, per actor, central),
 computed once per run and read by the collector and the farm; its refusals are start-up
 checks (nothing is written: no run directory)."""
 
@@ -8,20 +8,23 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import harness.runtime.acting as acting
 import harness.runtime.build as build
-import harness.runtime.inference as inference
 from harness import hookimpl
+from harness.api import Agent
 from harness.config import Config, find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
+from harness.registry import AlgorithmSpec
 from harness.runtime import env_info, make_agent, make_envs, train
-from harness.runtime.inference import CENTRAL, PER_ACTOR, SERIAL, ActingPlan, plan_acting
+from harness.runtime.acting import CENTRAL, PER_ACTOR, SERIAL, ActingPlan, plan_acting
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
@@ -62,7 +65,9 @@ def _plan(files: list[Path], overrides: list[str]) -> ActingPlan:
             ["actors=2", "inference='central'", "cluster='tcp://127.0.0.1:1'"],
             (CENTRAL, False, 0.0, True),
         ),
-        ([ES], ["actors=128", "num_envs=128", "inference='auto'"], (PER_ACTOR, False, 0.0, False)),
+        ([ES], ["actors=128", "num_envs=128", "inference='auto'"], (CENTRAL, True, 0.0, False)),
+        ([ES], ["actors=2", "inference='central'"], (CENTRAL, True, 0.0, False)),
+        ([R2D2], ["actors=2", "inference='central'"], (CENTRAL, True, 0.0, False)),
     ],
     ids=[
         "serial",
@@ -72,6 +77,8 @@ def _plan(files: list[Path], overrides: list[str]) -> ActingPlan:
         "central-recurrent",
         "central-remote",
         "auto-es",
+        "central-es",
+        "central-r2d2",
     ],
 )
 def test_each_mode_resolves_to_one_plan(
@@ -112,9 +119,7 @@ def _train_counting(
     counted wherever the runtime calls them."""
     calls: list[str] = []
     monkeypatch.setattr(build, "plan_acting", _counting(calls, "plan", build.plan_acting))
-    monkeypatch.setattr(
-        inference, "choose_central", _counting(calls, "choose", inference.choose_central)
-    )
+    monkeypatch.setattr(acting, "choose_central", _counting(calls, "choose", acting.choose_central))
     pm = make_plugin_manager()
     seen = _Seen()
     pm.register(seen, name="seen")
@@ -159,14 +164,57 @@ def test_a_farm_plans_once_and_acts_as_planned(
     assert (seen.server is not None) == (where == CENTRAL)
 
 
+class _Legacy(Agent):
+    """An agent written before ``Policy`` whose ``sample`` keeps per-env state (a real PPO
+    agent's hooks behind it) that it cannot keep by row: one batch of a policy server would
+    mix its envs up."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner.algorithm, inner.env_info, inner.config)
+        self.inner = inner
+
+    @property
+    def per_env_acting_state(self) -> bool:
+        return True
+
+    def sample(self, obs: Any) -> Any:
+        return self.inner.sample(obs)
+
+    def predict(self, obs: Any) -> Any:
+        return self.inner.predict(obs)
+
+    def observe(self, transition: Any) -> None:
+        self.inner.observe(transition)
+
+    def learn(self) -> dict[str, float]:
+        return self.inner.learn()
+
+
+class _LegacyPlugin:
+    @hookimpl
+    def harness_register_algorithms(self) -> list[AlgorithmSpec]:
+        ppo = collect_registry(make_plugin_manager()).algorithms.get("ppo")
+        return [
+            AlgorithmSpec(
+                "legacy_stateful",
+                lambda *args, **kwargs: _Legacy(ppo.make_agent(*args, **kwargs)),
+                ppo.config_cls,
+                plugin="tests",
+            )
+        ]
+
+
 @pytest.mark.parametrize(
     ("overrides", "files", "match"),
     [
         (["actors=0"], (), r"run\.inference = 'central'.*run\.actors = 0.*--actors 2"),
-        (["actors=2"], (ES,), r"cannot serve algorithm 'es'.*acting state per env"),
-        (["actors=2"], (R2D2,), r"cannot serve algorithm 'r2d2'.*Agent\.acts_by_rows"),
+        (
+            ["actors=2", "algo='legacy_stateful'"],
+            (),
+            r"cannot serve algorithm 'legacy_stateful'.*acting state per env.*Agent\.acts_by_rows",
+        ),
     ],
-    ids=["serial", "es", "r2d2"],
+    ids=["serial", "legacy-stateful"],
 )
 def test_each_refusal_comes_before_the_run_directory_exists(
     tmp_path: Path,
@@ -177,10 +225,15 @@ def test_each_refusal_comes_before_the_run_directory_exists(
 ) -> None:
     made: list[Path] = []
     monkeypatch.setattr(build, "new_run_dir", _counting(made, "run dir", build.new_run_dir))
-    config = _config(list(files), [*overrides, "inference='central'"], tmp_path)
     pm = make_plugin_manager()
-    with pytest.raises(ConfigError, match=match):
-        train(config, collect_registry(pm), pm)
+    pm.register(_LegacyPlugin(), name="legacy")
+    registry = collect_registry(pm)
+    base = ["progress=false", "trackers=['csv']", f"out='{tmp_path}'"]
+    overrides = [*base, *overrides, "inference='central'"]
+    config = resolve(layer(PACK, list(files), overrides, environ={}), registry)
+    with pytest.raises(ConfigError, match=match), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (the legacy agent's adapter)
+        train(config, registry, pm)
     assert made == [], "the run directory was made before the refusal"
     assert not any(tmp_path.iterdir()), "a refused start left something behind"
 

@@ -1,8 +1,9 @@
 """Correlated exploration (``algo.noise_correlation``, plugins/harness_algos/noise.py).
 
-* Each env's noise is the stationary AR(1) process it claims to be: every step N(0, 1), lag-k
-  correlation ``rho ** k``, a fresh draw (independent of the last) after its episode ends; 0 is
-  white noise. Measured over thousands of envs.
+* Each env's noise (the on-policy policy's state row ``noise``) is the stationary AR(1)
+  process it claims to be: every step N(0, 1), lag-k correlation ``rho ** k``, a fresh draw
+  (independent of the last) after its episode ends, a row's process its own when some rows
+  are acted for. Measured over thousands of envs.
 * A PPO agent acts with it: its sampled actions are mean + std * that noise (seen through the
   unclipped ``action`` extra), and the ``log_prob`` extras are the policy's own Gaussian
   log-densities of those actions, which the PPO ratio and V-trace take.
@@ -19,7 +20,8 @@ import pytest
 from harness.api import EnvInfo, SpaceInfo
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
-from harness_algos.noise import CorrelatedNoise
+from harness.policy import State
+from harness_algos.rollout_policy import RolloutPolicy
 
 ENVS = 4000
 
@@ -28,11 +30,39 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(a.ravel(), b.ravel())[0, 1])
 
 
-@pytest.mark.parametrize("rho", [0.0, 0.5, 0.9])
+def _noise_policy(rho: float, envs: int = ENVS) -> RolloutPolicy:
+    """The on-policy family's policy with correlated noise on a fixed zero mean (the noise
+    is what its state keeps: ``noise``, each env's last draw)."""
+
+    class ZeroMean:
+        def act(self, x: Any, rnn: Any, rng: Any, noise: Any) -> Any:
+            return np.zeros((len(x), 3), np.float32), {}, None
+
+    return RolloutPolicy(
+        ZeroMean(),
+        np.random.default_rng(0),
+        inputs=np.asarray,
+        to_env=np.asarray,
+        rho=rho,
+        act_dim=3,
+        load=lambda weights: None,
+        program=lambda: None,
+    )
+
+
+def _draw(policy: RolloutPolicy, state: State, rows: int = ENVS) -> tuple[np.ndarray, State]:
+    _, _, state = policy.act(np.zeros((rows, 1), np.float32), state, explore=True)
+    return state["noise"], state
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.9])  # (0: white noise, no state rows)
 def test_each_env_draws_a_stationary_ar1_process(rho: float) -> None:
-    noise = CorrelatedNoise(rho, 3, ENVS)
-    rng = np.random.default_rng(0)
-    steps = np.stack([noise.draw(rng, ENVS) for _ in range(12)])  # (T, envs, 3)
+    policy = _noise_policy(rho)
+    state, draws = policy.initial_state(ENVS), []
+    for _ in range(12):
+        noise, state = _draw(policy, state)
+        draws.append(noise)
+    steps = np.stack(draws)  # (T, envs, 3)
     assert steps.dtype == np.float32
     for t in (0, 5, 11):  # N(0, 1) at every step, the first included
         assert abs(steps[t].mean()) < 0.05
@@ -42,26 +72,27 @@ def test_each_env_draws_a_stationary_ar1_process(rho: float) -> None:
 
 
 def test_an_ended_episode_starts_a_fresh_process_and_rows_follow_their_envs() -> None:
-    noise = CorrelatedNoise(0.9, 2, ENVS)
-    rng = np.random.default_rng(1)
+    policy = _noise_policy(0.9)
+    state = policy.initial_state(ENVS)
     for _ in range(5):
-        before = noise.draw(rng, ENVS)
+        before, state = _draw(policy, state)
     ended = np.arange(ENVS) % 2 == 0
-    noise.ended(ended)
-    after = noise.draw(rng, ENVS)
+    state = policy.reset(state, ended, explore=True)
+    after, state = _draw(policy, state)
     assert _corr(after[ended], before[ended]) == pytest.approx(0.0, abs=0.04)
     assert _corr(after[~ended], before[~ended]) == pytest.approx(0.9, abs=0.02)
     assert after[ended].std() == pytest.approx(1.0, abs=0.05)
 
-    # by row (a policy server): the rows drawn move on, the others keep their last noise
+    # by row (a policy server acting for some rows): those rows' process goes on from their
+    # own last noise, a reset row's starts over
     rows = np.arange(0, ENVS, 4)
-    noise.rows_ended(rows[:10], ENVS)
-    drawn = noise.draw_rows(rng, rows, ENVS)
+    sub = {key: value[rows] for key, value in state.items()}
+    sub = policy.reset(sub, np.arange(len(rows)) < 10, explore=True)
+    drawn, _ = _draw(policy, sub, len(rows))
     assert _corr(drawn[10:], after[rows[10:]]) == pytest.approx(0.9, abs=0.03)
     assert _corr(drawn[:10], after[rows[:10]]) < 0.9
-    others = np.setdiff1d(np.arange(ENVS), rows)
-    np.testing.assert_array_equal(noise.held[others], after[others])
-    np.testing.assert_array_equal(noise.held[rows], drawn)
+    greedy = policy.act(np.zeros((ENVS, 1), np.float32), state, explore=False)[2]
+    np.testing.assert_array_equal(greedy["noise"], state["noise"])  # (greedy: no noise)
 
 
 def _box_info(num_envs: int) -> EnvInfo:
@@ -80,10 +111,12 @@ def test_a_ppo_agent_acts_with_it_and_logs_its_policys_log_probs(torch_backend: 
     envs, log_std = 2000, -1.0
     agent = _ppo(torch_backend, _box_info(envs), noise_correlation=0.8, log_std_init=log_std)
     obs = np.random.default_rng(2).uniform(-1, 1, (envs, 3)).astype(np.float32)
-    mean = agent.greedy_outputs(obs)[0]
+    policy = agent.policy()
+    state = policy.initial_state(envs)
+    mean = agent.algorithm.act(obs, None, None)[0]  # the greedy action before the clip
     draws = []
     for _ in range(6):
-        _, extras = agent.sample(obs)
+        _, extras, state = policy.act(obs, state, explore=True)
         eps = (extras["action"] - mean) / np.exp(log_std)
         density = -0.5 * eps**2 - log_std - 0.5 * np.log(2 * np.pi)
         np.testing.assert_allclose(extras["log_prob"], density.sum(-1), rtol=1e-4, atol=1e-4)
@@ -91,8 +124,8 @@ def test_a_ppo_agent_acts_with_it_and_logs_its_policys_log_probs(torch_backend: 
     steps = np.stack(draws)
     assert _corr(steps[1:], steps[:-1]) == pytest.approx(0.8, abs=0.03)
     assert steps.std() == pytest.approx(1.0, abs=0.05)
-    agent.episodes_ended(np.ones(envs, bool))
-    _, extras = agent.sample(obs)
+    state = policy.reset(state, np.ones(envs, bool), explore=True)
+    _, extras, _ = policy.act(obs, state, explore=True)
     fresh = (extras["action"] - mean) / np.exp(log_std)
     assert _corr(fresh, steps[-1]) == pytest.approx(0.0, abs=0.05)
 

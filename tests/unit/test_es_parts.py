@@ -234,21 +234,28 @@ def test_serial_generations_and_save_restore(tmp_path: Path) -> None:
     assert agent.algorithm.generation > 3
     # mid-generation: a pending result and a half-used pair
     for _ in range(100):
-        if agent.results and agent.partners:
+        if agent.results and agent.stream.partners:
             break
         step(agent, agent, list(rng.random(2) < 0.3), reward=float(rng.normal()))
-    assert agent.results and agent.partners
+    assert agent.results and agent.stream.partners
     agent.save(tmp_path)
     restored = make(num_envs=2, seed=99)
     restored.restore(tmp_path)
     assert restored.algorithm.generation == agent.algorithm.generation
-    assert restored.partners == agent.partners
+    assert restored.stream.partners == agent.stream.partners
     assert restored.results.keys() == agent.results.keys()
     for key, row in agent.results.items():
         assert np.array_equal(restored.results[key], row, equal_nan=True)
     assert np.array_equal(restored.algorithm.moment2, agent.algorithm.moment2)
     obs = rng.normal(size=(2, 4)).astype(np.float32)
-    assert np.array_equal(restored.sample(obs)[0], agent.sample(obs)[0])
+    # a resumed run's envs start fresh episodes (the stepper's initial state): the restored
+    # agent draws their perturbations as the saved one would, the waiting - member first
+    waiting = agent.stream.partners[0]
+    mine, theirs = fresh_episodes(agent, obs), fresh_episodes(restored, obs)
+    assert np.array_equal(theirs[0], mine[0])
+    for key, value in mine[1].items():
+        assert np.array_equal(theirs[1][key], value), key
+    assert (theirs[1]["es_index"][0], theirs[1]["es_sign"][0]) == (waiting, -1)
     # right after an update every slot's episode is stale; a resumed run resets its envs, so
     # the restored slots start episodes that count for the current generation
     for _ in range(200):
@@ -258,6 +265,14 @@ def test_serial_generations_and_save_restore(tmp_path: Path) -> None:
     assert np.all(agent.sample(obs)[1]["es_generation"] < agent.algorithm.generation)
     agent.save(tmp_path / "after-update")
     restored.restore(tmp_path / "after-update")
-    extras = restored.sample(obs)[1]
+    extras = fresh_episodes(restored, obs)[1]
     assert np.all(extras["es_generation"] == restored.algorithm.generation)
     assert np.all(extras["es_step"] == 0)
+
+
+def fresh_episodes(agent: es.ESAgent, obs: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+    """The exploratory actions and extras of ``agent``'s policy for envs starting fresh
+    episodes (its initial state, as a resumed run's stepper starts)."""
+    policy = agent.policy()
+    actions, extras, _ = policy.act(obs, policy.initial_state(len(obs)), explore=True)
+    return actions, extras

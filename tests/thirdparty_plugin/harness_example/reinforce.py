@@ -7,10 +7,12 @@ baseline's regression loss). Monte Carlo returns only: an episode cut by the tim
 treated as finished, and a partly collected episode is not checkpointed (the runner resets its
 envs on resume anyway). Discrete actions only.
 
-Acting issues no framework operation: the agent samples from the logits of a numpy copy of the
-policy (``backend.inference``) with its own checkpointed generator. That copy does not follow
-the network, so the algorithm takes a new one whenever the weights change: after an update,
-``load_state`` (resume, evaluation) and ``set_policy_weights`` (farm actors).
+Acting is a :class:`harness.policy.Policy` (:class:`ReinforcePolicy`, what
+``Agent.policy()`` returns): it issues no framework operation, sampling from the logits of a
+numpy copy of the policy network (``backend.inference``) with the agent's checkpointed
+generator. That copy does not follow the network, so the algorithm takes a new one whenever
+the weights change: after an update, ``load_state`` (resume, evaluation) and
+``set_policy_weights`` (a farm actor's ``Policy.load``). It keeps no per-env state.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
 from harness.errors import IncompatibleError
+from harness.policy import Policy, State
 
 
 @dataclass
@@ -121,6 +124,35 @@ class Reinforce(Algorithm):
         self.refresh_policy()
 
 
+class ReinforcePolicy(Policy):
+    """Samples (exploring) or takes the argmax (greedy) of the algorithm's numpy logits; no
+    per-env state. ``rng`` is the agent's generator, which checkpoints save and restore."""
+
+    def __init__(self, algorithm: Reinforce, rng: np.random.Generator) -> None:
+        self.algorithm, self.rng = algorithm, rng
+
+    def act(
+        self,
+        obs: np.ndarray,
+        state: State,
+        rng: np.random.Generator | None = None,
+        *,
+        explore: bool,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
+        logits = self.algorithm.logits(obs)
+        if not explore:
+            return logits.argmax(axis=1).astype(np.int64), {}, state
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        cdf = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
+        u = (self.rng if rng is None else rng).random((len(cdf), 1))  # inverse-CDF sampling
+        actions = np.minimum((u > cdf).sum(axis=1), cdf.shape[1] - 1)
+        return actions.astype(np.int64), {}, state
+
+    def load(self, weights: Mapping[str, np.ndarray], version: int) -> None:
+        self.algorithm.set_policy_weights(weights)
+        self.version = version
+
+
 class ReinforceAgent(Agent):
     """Collects complete episodes per env; learns once enough have finished."""
 
@@ -137,17 +169,8 @@ class ReinforceAgent(Agent):
         self.open: list[list[tuple[np.ndarray, int, float]]] = [[] for _ in range(info.num_envs)]
         self.finished: list[list[tuple[np.ndarray, int, float]]] = []
 
-    def sample(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        logits = self.algorithm.logits(obs)
-        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        cdf = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
-        # inverse-CDF sampling from self.rng, which checkpoints save and restore
-        u = self.rng.random((len(cdf), 1))
-        actions = np.minimum((u > cdf).sum(axis=1), cdf.shape[1] - 1)
-        return actions.astype(np.int64), {}
-
-    def predict(self, obs: np.ndarray) -> np.ndarray:
-        return self.algorithm.logits(obs).argmax(axis=1).astype(np.int64)
+    def policy(self) -> ReinforcePolicy:
+        return ReinforcePolicy(self.algorithm, self.rng)
 
     def observe(self, transition: Transition) -> None:
         t = transition
