@@ -5,7 +5,10 @@ Each measurement is one ``harness run`` of the cartpole pack in a fresh process 
 CPU time of the whole process tree (the learner, its launcher and the actors, through
 ``RUSAGE_CHILDREN`` once everything is reaped) divided by the env steps trained, and the
 wall-clock. CartPole steps in microseconds, so the figure is the harness's own cost per step:
-acting, stepping bookkeeping, rollout transfer and learning. Configurations:
+acting, stepping bookkeeping, rollout transfer and learning. Beside it, a farm actor's own
+memory: the largest USS (private pages, ``/proc/PID/smaps_rollup``) an actor process had,
+sampled every 0.5 s; the pages an actor shares with its fork server (the framework, the
+plugins) are not its own and are left out. Configurations:
 
 - ``ppo``: PPO with its MLP policy (the pack's recipe);
 - ``ppo-lstm``: the same with ``algo.recurrent = "lstm"`` (per-env state);
@@ -66,16 +69,62 @@ def measure(tree: Path, config: str, steps: int) -> dict[str, float]:
         start = time.perf_counter()
         cmd = [sys.executable, "-m", "harness.cli", "run", str(REPO / "competitions" / "cartpole")]
         cmd += ["--out", out, *(f"--set={s}" for s in settings)]
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=log, text=True)
+            uss = 0.0
+            while proc.poll() is None:
+                uss = max(uss, *actor_uss_mb(proc.pid), 0.0)
+                time.sleep(0.5)
+            log.seek(0)
+            stderr = log.read()
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
-            raise SystemExit(f"{config} on {tree} failed:\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{config} on {tree} failed:\n{stderr[-3000:]}")
         (run_dir,) = [p for p in Path(out).iterdir() if p.is_dir() and p.name != "state"]
         summary = json.loads((run_dir / "summary.json").read_text())
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     trained = float(summary["steps"])
-    return {"cpu_us_per_step": 1e6 * cpu / trained, "wall_s": wall, "steps": trained}
+    return {"cpu_us_per_step": 1e6 * cpu / trained, "wall_s": wall, "steps": trained, "uss": uss}
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
+def actor_uss_mb(root: int) -> list[float]:
+    """The USS (MB) of every farm actor under process ``root``: a fork server's children
+    (processes of the fork server's command line whose parent has it too)."""
+
+    def cmdline(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = _children(pid)
+        todo += kids
+        if "zygote" in cmdline(pid):
+            for kid in kids:
+                try:
+                    with open(f"/proc/{kid}/smaps_rollup") as f:
+                        fields = dict(line.split()[:2] for line in f if line.endswith("kB\n"))
+                except OSError:
+                    continue
+                private = int(fields["Private_Clean:"]) + int(fields["Private_Dirty:"])
+                out.append(private / 1024)
+    return out
 
 
 def main() -> None:
@@ -97,18 +146,17 @@ def main() -> None:
                 results.setdefault((config, tree), []).append(m)
                 print(
                     f"round {r + 1} {config:9s} {tree}: {m['cpu_us_per_step']:.1f} us CPU "
-                    f"per step, {m['wall_s']:.1f} s wall",
+                    f"per step, {m['wall_s']:.1f} s wall, actor USS {m['uss']:.1f} MB",
                     flush=True,
                 )
-    print("| config | " + " | ".join(f"CPU us/step {t.name}" for t in trees) + " | ratio |")
-    print("| --- |" + " --- |" * (len(trees) + 1))
-    for config in configs:
-        medians = [
-            statistics.median(m["cpu_us_per_step"] for m in results[config, t]) for t in trees
-        ]
-        ratio = medians[-1] / medians[0]
-        cells = " | ".join(f"{m:.1f}" for m in medians)
-        print(f"| {config} | {cells} | {ratio:.3f} |")
+    for key, label in (("cpu_us_per_step", "CPU us/step"), ("uss", "actor USS MB")):
+        print("| config | " + " | ".join(f"{label} {t.name}" for t in trees) + " | ratio |")
+        print("| --- |" + " --- |" * (len(trees) + 1))
+        for config in configs:
+            medians = [statistics.median(m[key] for m in results[config, t]) for t in trees]
+            ratio = medians[-1] / medians[0] if medians[0] else float("nan")
+            cells = " | ".join(f"{m:.1f}" for m in medians)
+            print(f"| {config} | {cells} | {ratio:.3f} |")
 
 
 if __name__ == "__main__":
