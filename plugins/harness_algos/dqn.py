@@ -226,7 +226,43 @@ class DQN(Algorithm):
         self._acting = None
 
 
-class EpsilonGreedy(BoundPolicy):
+class EpsilonPolicy(BoundPolicy):
+    """What the epsilon-greedy policies share (DQN's, R2D2's, QMIX's): ``epsilon()``, read
+    from the agent's schedule at each act, and the agent's generator, read at each call where
+    ``act`` is given none (:meth:`generator`)."""
+
+    def __init__(
+        self,
+        epsilon: Callable[[], float],
+        own_rng: Callable[[], np.random.Generator],
+        *,
+        load: Callable[[Mapping[str, np.ndarray]], None],
+        program: Callable[[], PolicyProgram | None] | None = None,
+    ) -> None:
+        super().__init__(load, program)
+        self.epsilon = epsilon
+        self.own_rng = own_rng
+        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
+
+    def generator(self, rng: np.random.Generator | None) -> np.random.Generator:
+        """``rng``, or the agent's own generator where it is None."""
+        return self.own_rng() if rng is None else rng
+
+
+def explore_rows(
+    actions: np.ndarray, n_actions: int, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``actions`` with each row replaced by a uniformly random action with probability
+    ``epsilon``: one uniform per row, then, when any row explores, one action per row (the
+    draws DQN and R2D2 have always made)."""
+    rows = len(actions)
+    explores = rng.random(rows) < epsilon
+    if explores.any():
+        actions = np.where(explores, rng.integers(n_actions, size=rows), actions)
+    return actions
+
+
+class EpsilonGreedy(EpsilonPolicy):
     """Acts greedily on Q-values (``greedy``: observations -> argmax actions, the
     algorithm's numpy copies, so always its current weights), or exploring: a uniformly random
     action with probability ``epsilon()`` per row. ``rng`` (None: the agent's own generator)
@@ -243,12 +279,9 @@ class EpsilonGreedy(BoundPolicy):
         load: Callable[[Mapping[str, np.ndarray]], None],
         program: Callable[[], PolicyProgram | None],
     ) -> None:
+        super().__init__(epsilon, own_rng, load=load, program=program)
         self.greedy = greedy
         self.n_actions = n_actions
-        self.epsilon = epsilon
-        self.own_rng = own_rng
-        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
-        super().__init__(load, program)
 
     def act(
         self,
@@ -261,11 +294,7 @@ class EpsilonGreedy(BoundPolicy):
         actions = self.greedy(obs)
         if not explore:
             return actions, {}, state
-        rng = self.own_rng() if rng is None else rng
-        rows = len(obs)
-        explores = rng.random(rows) < self.epsilon()
-        if explores.any():
-            actions = np.where(explores, rng.integers(self.n_actions, size=rows), actions)
+        actions = explore_rows(actions, self.n_actions, self.epsilon(), self.generator(rng))
         return actions, {}, state
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from harness.api import Obs
 from harness.policy import State
-from harness_algos.bound_policy import BoundPolicy
+from harness_algos.dqn import EpsilonPolicy
 
 if TYPE_CHECKING:
     from harness_algos.qmix import QMIX
@@ -32,7 +32,7 @@ def agent_inputs(algorithm: QMIX, stacked: np.ndarray, last: np.ndarray) -> np.n
     return x
 
 
-class QMIXPolicy(BoundPolicy):
+class QMIXPolicy(EpsilonPolicy):
     """Each agent's greedy action of the shared agent network (:class:`QMIX`'s numpy copies,
     always its current weights), or exploring: a random action with probability
     ``epsilon()`` per agent and env, from ``rng`` (None: the agent's own generator), the
@@ -50,11 +50,8 @@ class QMIXPolicy(BoundPolicy):
         *,
         load: Callable[[Mapping[str, np.ndarray]], None],
     ) -> None:
+        super().__init__(epsilon, own_rng, load=load)
         self.algorithm = algorithm
-        self.epsilon = epsilon
-        self.own_rng = own_rng
-        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
-        super().__init__(load)
         self.agents = algorithm.layout.agents
 
     def initial_state(self, rows: int) -> State:
@@ -93,7 +90,7 @@ class QMIXPolicy(BoundPolicy):
         actions = q.argmax(-1)
         extras: dict[str, np.ndarray] = {}
         if explore:
-            rng = self.own_rng() if rng is None else rng
+            rng = self.generator(rng)
             explores = rng.random(actions.shape) < self.epsilon()
             random = rng.integers(0, self.algorithm.n_actions, actions.shape)
             actions = np.where(explores, random, actions)

@@ -52,8 +52,7 @@ from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule
 from harness.errors import ConfigError, IncompatibleError
 from harness.policy import State
 from harness.sequences import RECURRENT_KINDS, state_dim
-from harness_algos.bound_policy import BoundPolicy
-from harness_algos.dqn import check_q
+from harness_algos.dqn import EpsilonPolicy, check_q, explore_rows
 from harness_algos.offpolicy import check_replay
 from harness_algos.sequence_replay import (
     SequenceAssembler,
@@ -437,7 +436,7 @@ class R2D2Agent(Agent):
         self.assembler.load_state_dict(state)
 
 
-class R2D2Policy(BoundPolicy):
+class R2D2Policy(EpsilonPolicy):
     """Epsilon-greedy on :class:`R2D2`'s numpy copies (always its current weights), one
     recurrent state row per env (``rnn``, zeros at an episode's start), for exploring and
     greedy acting alike. Exploring draws what DQN draws from ``rng`` (None: the agent's own
@@ -452,11 +451,8 @@ class R2D2Policy(BoundPolicy):
         *,
         load: Callable[[Mapping[str, np.ndarray]], None],
     ) -> None:
+        super().__init__(epsilon, own_rng, load=load)
         self.algorithm = algorithm
-        self.epsilon = epsilon
-        self.own_rng = own_rng
-        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
-        super().__init__(load)
 
     def initial_state(self, rows: int) -> State:
         return {"rnn": np.zeros((rows, self.algorithm.width), np.float32)}
@@ -475,12 +471,8 @@ class R2D2Policy(BoundPolicy):
         new_state = {"rnn": np.asarray(after, np.float32)}
         if not explore:
             return actions, {}, new_state
-        rng = self.own_rng() if rng is None else rng
-        rows = len(obs)
-        explores = rng.random(rows) < self.epsilon()
-        if explores.any():
-            random_actions = rng.integers(self.algorithm.n_actions, size=rows)
-            actions = np.where(explores, random_actions, actions)
+        rng = self.generator(rng)
+        actions = explore_rows(actions, self.algorithm.n_actions, self.epsilon(), rng)
         return actions, {"rnn_state": before}, new_state
 
 
