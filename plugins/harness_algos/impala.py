@@ -33,7 +33,7 @@ from harness.errors import ConfigError
 from harness_algos.moments import check_normalization
 from harness_algos.noise import check_noise_correlation
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp
-from harness_algos.recurrent import check_recurrent, starts_through_next, with_next
+from harness_algos.recurrent import check_recurrent
 
 CNN_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {
@@ -191,24 +191,29 @@ class IMPALA(ActorCritic):
                 'recurrent layer is not built yet): set algo.recurrent = "none" (frame '
                 "stacking gives the CNN its short-term memory)."
             )
-        if config.recurrent != "none":
-            self.net = self.recurrent_net(info, config.hidden, config.activation)
-        elif self.image:  # a shared convolutional trunk with linear policy and value heads
-            preset = CNN_PRESETS[config.cnn]
-            trunk = backend.cnn(info.observation.shape, **preset)
-            width = int(preset["out_dim"])
-            self.net = backend.group(
-                trunk=trunk,
-                policy=backend.mlp(width, [], self.act_dim, out_gain=0.01),
-                value=backend.mlp(width, [], 1),
-            )
-        else:  # separate actor and critic MLPs, evaluated together
-            self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
+        self.net = self.network(
+            info, config.hidden, config.activation, lambda: self.feed_forward_net(info)
+        )
         self.optimizer = backend.optimizer(
             *self.trainable(self.net), lr=config.learning_rate, eps=config.adam_eps
         )
         self.obs_dtype = "uint8" if np.dtype(info.observation.dtype) == np.uint8 else "float32"
         self.refresh_policy()
+
+    def feed_forward_net(self, info: EnvInfo) -> Any:
+        """The network without a recurrent layer: for images a shared convolutional trunk
+        with linear policy and value heads, else separate actor and critic MLPs."""
+        backend, config = self.backend, self.config
+        if self.image:
+            preset = CNN_PRESETS[config.cnn]
+            trunk = backend.cnn(info.observation.shape, **preset)
+            width = int(preset["out_dim"])
+            return backend.group(
+                trunk=trunk,
+                policy=backend.mlp(width, [], self.act_dim, out_gain=0.01),
+                value=backend.mlp(width, [], 1),
+            )
+        return actor_critic_mlp(backend, info, config.hidden, config.activation)
 
     def acting_model(self) -> Any:
         return self.net
@@ -253,12 +258,7 @@ class IMPALA(ActorCritic):
         rows = steps * n
         actions = batch["actions"].reshape(rows, *batch["actions"].shape[2:])
         act_t = bk.tensor(actions, self.action_dtype)
-        sequences = None
-        if self.recurrent != "none":  # time-major (T + 1, N): rows in the same order
-            every = with_next(obs, batch["next_obs"])
-            sequences = (bk.tensor(batch["state"]), batch["starts"])
-        else:
-            every = np.concatenate([obs.reshape(rows, *obs.shape[2:]), batch["next_obs"]])
+        every, sequences = self.memory.unroll(bk, batch)
         with bk.autocast():
             # one forward pass over the unrolls and the bootstrap observations
             out, all_values = self.forward(bk.tensor(every, self.obs_dtype), sequences)
@@ -322,15 +322,8 @@ class IMPALAAgent(RolloutAgent):
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:
         c, buf = self.config, self.buffer
-        sequences: dict[str, np.ndarray] = {}
-        if self.memory is not None:
-            self.add_truncation_values()
-            sequences = {
-                "starts": starts_through_next(buf.dones),
-                "state": self.memory.rollout_start,
-            }
         batch = {
-            **sequences,
+            **self.memory.learn_inputs(buf, c.gamma),
             "obs": buf.obs,
             "next_obs": next_obs,
             "actions": buf.actions,

@@ -22,6 +22,10 @@ and a state-value function; outside the loss they do the same things, written on
   ended an episode); the learn skeleton (anneal, update on the full rollout, reset, fresh
   numpy copy).
 
+Whether the network is feed-forward or recurrent (``algo.recurrent``) is decided once, when
+the algorithm is built, into :attr:`ActorCritic.memory` and the agent's
+:attr:`RolloutAgent.memory` (:mod:`harness_algos.memory`); nothing here branches on it.
+
 IMPALA shares all of it but is not ``on_policy``: a farm may hand it rollouts of older weights,
 which V-trace corrects for. PG keeps its separate policy and baseline networks with their own
 optimisers; its acting model is the policy alone.
@@ -39,19 +43,11 @@ import numpy.typing as npt
 from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transition
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError, IncompatibleError
-from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize, layers_of
+from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize
 from harness.policy import Policy
+from harness_algos.memory import Memory, RolloutMemory, memory_for
 from harness_algos.moments import EPS, Normalization, RunningMoments
 from harness_algos.noise import CorrelatedExploration
-from harness_algos.recurrent import (
-    AgentMemory,
-    RecurrentPolicy,
-    episode_starts,
-    numpy_recurrent_policy,
-    recurrent_actor_critic,
-    starts_through_next,
-    with_next,
-)
 from harness_algos.rollout_policy import RolloutPolicy
 
 
@@ -104,7 +100,9 @@ class ActorCritic(Algorithm):
         self.recurrent = recurrent
         """``none``, or the kind of the recurrent layer in front of the heads
         (``harness_algos.recurrent``): then the acting model is ``group(core, heads)``."""
-        self.rnn_hidden = rnn_hidden if recurrent != "none" else 0
+        self.memory: Memory = memory_for(recurrent, rnn_hidden)
+        """Everything that differs between a feed-forward and a recurrent network, chosen
+        here once (:mod:`harness_algos.memory`)."""
         self.discrete = info.action.kind == "discrete"
         self.act_dim = info.action.n if self.discrete else info.action.flat_dim
         """Width of the policy head: one logit per action, or one mean per action dimension."""
@@ -132,23 +130,20 @@ class ActorCritic(Algorithm):
         """State values of a batch of observations, in numpy (feed-forward networks; a
         recurrent one scores whole sequences: :meth:`sequence_values`)."""
 
-    # --- recurrent networks (algo.recurrent) ------------------------------------------------
-    def recurrent_net(self, info: EnvInfo, hidden: list[int], activation: str) -> Any:
-        """The recurrent layer and heads of this algorithm's ``recurrent`` kind."""
-        return recurrent_actor_critic(
-            self.backend, info, self.recurrent, self.rnn_hidden, hidden, activation
-        )
+    # --- feed-forward or recurrent networks (algo.recurrent: self.memory) ---------------------
+    def network(
+        self, info: EnvInfo, hidden: list[int], activation: str, feed_forward: Callable[[], Any]
+    ) -> Any:
+        """The acting network: ``feed_forward()``, or the recurrent layer of this algorithm's
+        ``recurrent`` kind and heads of ``hidden`` widths (:meth:`Memory.network`)."""
+        return self.memory.network(self.backend, info, hidden, activation, feed_forward)
 
     def net_outputs(self, net: Any, obs: Any, sequences: tuple[Any, Any] | None) -> Any:
         """``net``'s outputs on an observation tensor: a feed-forward ``net(obs)``, or with
         ``sequences = (state tensor (B, S), starts (T, B))`` the recurrent layer over
         time-major ``obs`` ``(T, B, ...)`` and the heads on its ``T * B`` outputs (rows in
         time-major order)."""
-        if sequences is None:
-            return net(obs)
-        state, starts = sequences
-        out, _ = net["core"](obs, state, starts, final=False)
-        return net["heads"](out.reshape([-1, self.rnn_hidden]))
+        return self.memory.net_outputs(net, obs, sequences)
 
     def sequence_values(self, obs: np.ndarray, starts: np.ndarray, state: np.ndarray) -> Any:
         """State values ``(T, B)`` of time-major observation sequences (recurrent networks),
@@ -178,27 +173,20 @@ class ActorCritic(Algorithm):
     def numpy_policy(self) -> Callable[..., Any]:
         """A numpy copy of :meth:`acting_model` with its current weights (a recurrent one
         takes and returns the state too: ``(obs, state) -> (outputs, state)``)."""
-        if self.recurrent != "none":
-            return numpy_recurrent_policy(self.backend, self.acting_model())
-        return self.backend.inference(self.acting_model())
+        return self.memory.numpy_policy(self.backend, self.acting_model())
 
     def policy_outputs(
         self, obs: np.ndarray, state: np.ndarray | None = None
     ) -> tuple[Any, np.ndarray | None]:
         """The numpy copy's outputs (policy head, values) on ``obs``, and, for a recurrent
         network, the state after this step from ``state``."""
-        if self.recurrent != "none":
-            outs, after = self._policy(obs, state)
-            return outs, after
-        return self._policy(obs), None
+        return self.memory.outputs(self._policy, obs, state)
 
     def policy_layers(self) -> tuple[Op, ...] | None:
         """The policy head's path through the numpy copy acting uses, as policy-program ops
         (the recurrent layer first where there is one); None when that copy is no numpy
         network (IMPALA's CNN over images)."""
-        if isinstance(self._policy, RecurrentPolicy):
-            return self._policy.policy_layers()
-        return layers_of(self._policy, 0)
+        return self.memory.policy_layers(self._policy)
 
     def refresh_policy(self) -> None:
         """Take the numpy copies that acting uses (after any weight change)."""
@@ -268,13 +256,12 @@ class ActorCritic(Algorithm):
             state["log_std"] = bk.state(self.log_std)
         if self.obs_norm is not None:
             state["obs_norm"] = self.obs_norm.state()
-        if self.recurrent != "none":
-            state["recurrent"] = f"{self.recurrent}:{self.rnn_hidden}"
+        self.memory.mark(state)
         return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         bk = self.backend
-        self.check_recurrent_state(state)
+        self.memory.check(state)
         for key, part in self.checkpoint_parts().items():
             bk.load_state(part, state[key])
         if not self.discrete:
@@ -295,21 +282,7 @@ class ActorCritic(Algorithm):
 
     def check_recurrent_state(self, state: Mapping[str, Any]) -> None:
         """Refuse a checkpoint whose network is recurrent in another way than the config's."""
-        saved = str(state.get("recurrent", "none"))
-        wanted = f"{self.recurrent}:{self.rnn_hidden}" if self.recurrent != "none" else "none"
-        if saved == wanted:
-            return
-
-        def words(spec: str) -> str:
-            if spec == "none":
-                return 'algo.recurrent = "none" (feed-forward)'
-            kind, hidden = spec.split(":")
-            return f'algo.recurrent = "{kind}", algo.rnn_hidden = {hidden}'
-
-        raise ConfigError(
-            f"This checkpoint holds a policy trained with {words(saved)}, but the config asks "
-            f"for {words(wanted)}: set the config's keys to the checkpoint's ({words(saved)})."
-        )
+        self.memory.check(state)
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         weights = self.backend.get_weights(self.acting_model())
@@ -384,12 +357,9 @@ class RolloutAgent(Agent):
         self.return_norm = RunningMoments() if norm is not None and norm.normalize_reward else None
         """With ``normalize_reward``: moments of the running discounted returns."""
         self._returns = np.zeros(info.num_envs, np.float64)
-        self.memory = (
-            AgentMemory(algorithm.recurrent, algorithm.rnn_hidden, info.num_envs)
-            if algorithm.recurrent != "none"
-            else None
-        )
-        """A recurrent network's states (harness_algos.recurrent); None for a feed-forward one."""
+        self.memory: RolloutMemory = algorithm.memory.rollouts(algorithm, info.num_envs)
+        """What the learner keeps of a rollout beside the buffer: nothing for a feed-forward
+        network, a recurrent one's states (:mod:`harness_algos.memory`)."""
         rho = config.noise_correlation if isinstance(config, CorrelatedExploration) else 0.0
         self.noise_correlation = float(rho)
         """``algo.noise_correlation`` (0 for a config without it): the policy's exploration
@@ -415,7 +385,7 @@ class RolloutAgent(Agent):
             self.rng,
             inputs=self.policy_obs,
             to_env=self.to_env,
-            width=0 if self.memory is None else self.memory.width,
+            width=self.memory.width,
             rho=self.noise_correlation,
             act_dim=self.algorithm.act_dim,
             load=self.set_weights,
@@ -476,16 +446,13 @@ class RolloutAgent(Agent):
         obs, next_obs = self.policy_obs(t.obs), self.policy_obs(t.next_obs)
         dones = (t.terminated | t.truncated).astype(np.float32)
         rewards = self.scale_rewards(t.rewards.astype(np.float32), dones)
-        if self.memory is not None and self.buffer.size == 0:
-            self.memory.rollout_start = self._rnn_state(t)
+        if self.buffer.size == 0:  # a recurrent network's: the state each column starts from
+            self.memory.begin(t.extras, len(t.rewards), self.name)
         truncated = t.truncated & ~t.terminated
         if truncated.any():  # the episode did not end, the clock did: bootstrap V(final obs)
             idx = np.flatnonzero(truncated)
-            if self.memory is None:
-                rewards[idx] += self.config.gamma * self.algorithm.values(next_obs[idx])
-            else:  # needs the state after the step: scored with the rollout's sequences
-                step = self.buffer.size // self.buffer.num_envs
-                self.memory.truncations.append((step, idx, next_obs[idx]))
+            step = self.buffer.size // self.buffer.num_envs
+            self.memory.truncated(step, idx, next_obs[idx], rewards, self.config.gamma)
         # values and log-probs as sample() gave them (A2C's values; PPO's and IMPALA's
         # log-probs), zeros where it gave none (PPO and PG score the values in learn)
         x = t.extras
@@ -494,25 +461,12 @@ class RolloutAgent(Agent):
         self._last_next_obs = next_obs
         self.env_steps += len(t.obs)
 
-    def _rnn_state(self, t: Transition) -> np.ndarray:
-        state = t.extras.get("rnn_state")
-        assert self.memory is not None
-        if state is None or np.shape(state) != (len(t.rewards), self.memory.width):
-            raise ValueError(
-                f"a recurrent {self.name} agent observed a transition without its "
-                f"(envs, {self.memory.width}) 'rnn_state' extra (got "
-                f"{None if state is None else np.shape(state)}): the experience must come from "
-                "the same agent's sample() with the same algo.recurrent and algo.rnn_hidden."
-            )
-        return np.array(state, np.float32)
-
     def learn(self) -> dict[str, float]:
         if not self.buffer.full or self._last_next_obs is None:
             return {}
         lr = self.algorithm.set_schedule(self.env_steps / self.total_steps)
         metrics = self.learn_rollout(self._last_next_obs)
-        if self.memory is not None:
-            self.memory.truncations.clear()
+        self.memory.clear()
         self.buffer.reset()
         moments = self.algorithm.obs_norm
         if moments is not None and self._rollout_obs:
@@ -541,33 +495,8 @@ class RolloutAgent(Agent):
         (for agents whose ``sample`` does not compute them), and return V of ``next_obs``, the
         observations after the last step. A recurrent network scores each env's sequence
         through the bootstrap step from its first step's state, and adds the truncated
-        episodes' bootstrap values to their rewards first (:meth:`add_truncation_values`)."""
-        buf = self.buffer
-        if self.memory is None:
-            flat_obs = buf.obs.reshape(buf.num_steps * buf.num_envs, *buf.obs_shape)
-            buf.values[:] = self.algorithm.values(flat_obs).reshape(buf.num_steps, buf.num_envs)
-            return self.algorithm.values(next_obs)
-        self.add_truncation_values()
-        values = self.algorithm.sequence_values(
-            with_next(buf.obs, next_obs), starts_through_next(buf.dones), self.memory.rollout_start
-        )
-        buf.values[:] = values[:-1]
-        return np.asarray(values[-1])
-
-    def add_truncation_values(self) -> None:
-        """Recurrent networks: ``gamma * V(final obs)`` onto the rewards of the steps where a
-        time limit cut an episode (a feed-forward one does it in ``observe``), V in the
-        state after that step, from one batched pass over sequences ending in the final
-        observations (:meth:`harness_algos.recurrent.AgentMemory.final_columns`)."""
-        assert self.memory is not None
-        buf = self.buffer
-        columns = self.memory.final_columns(buf.obs, episode_starts(buf.dones))
-        if columns is None:
-            return
-        obs, starts, states, where = columns
-        values = self.algorithm.sequence_values(obs, starts, states)
-        for j, (t, e) in enumerate(where):
-            buf.rewards[t, e] += self.config.gamma * values[t + 1, j]
+        episodes' bootstrap values to their rewards first (:meth:`RolloutMemory.score`)."""
+        return self.memory.score(self.buffer, next_obs, self.config.gamma)
 
     def whole_rollout(self, normalize_advantages: bool) -> RolloutBatch:
         """The whole rollout as one batch (the shuffle inside does not change the gradient)."""

@@ -14,7 +14,7 @@ from harness.data import RolloutBatch
 from harness_algos.moments import check_normalization
 from harness_algos.noise import check_noise_correlation
 from harness_algos.onpolicy import ActorCritic, RolloutAgent, actor_critic_mlp, annealed
-from harness_algos.recurrent import SequenceBatch, check_recurrent, sequence_minibatches
+from harness_algos.recurrent import SequenceBatch, check_recurrent
 
 
 @dataclass
@@ -104,10 +104,12 @@ class PPO(ActorCritic):
             rnn_hidden=config.rnn_hidden,
         )
         self.config = config
-        if config.recurrent != "none":
-            self.net = self.recurrent_net(info, config.hidden, config.activation)
-        else:
-            self.net = actor_critic_mlp(backend, info, config.hidden, config.activation)
+        self.net = self.network(
+            info,
+            config.hidden,
+            config.activation,
+            lambda: actor_critic_mlp(backend, info, config.hidden, config.activation),
+        )
         self.optimizer = backend.optimizer(
             *self.trainable(self.net), lr=config.learning_rate, eps=1e-5
         )
@@ -215,19 +217,9 @@ class PPOAgent(RolloutAgent):
     def minibatches(self) -> list[RolloutBatch] | list[SequenceBatch]:
         """One shuffled pass over the rollout: samples, or for a recurrent network whole env
         sequences (``batch_size // n_steps`` of them, at least one)."""
-        c, buf = self.config, self.buffer
-        if self.memory is None:
-            return list(
-                buf.minibatches(c.batch_size, self.rng, normalize_advantages=c.normalize_advantage)
-            )
-        return list(
-            sequence_minibatches(
-                buf,
-                self.memory.rollout_start,
-                max(1, c.batch_size // buf.num_steps),
-                self.rng,
-                normalize_advantages=c.normalize_advantage,
-            )
+        c = self.config
+        return self.memory.minibatches(
+            self.buffer, c.batch_size, self.rng, normalize=c.normalize_advantage
         )
 
     def learn_rollout(self, next_obs: np.ndarray) -> dict[str, float]:

@@ -28,7 +28,7 @@ How the state travels (docs/recurrent.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -173,16 +173,85 @@ def sequence_minibatches(
 class AgentMemory:
     """What a recurrent actor-critic's learner keeps of the states: the state each rollout
     column started from, and the final observations of truncated episodes whose bootstrap
-    values wait for the learner's sequence pass (acting states are the policy's rows)."""
+    values wait for the learner's sequence pass (acting states are the policy's rows). The
+    sequence side of :class:`harness_algos.memory.RolloutMemory`; ``scorer`` is the algorithm
+    (its ``sequence_values``)."""
 
-    def __init__(self, kind: str, hidden: int, num_envs: int) -> None:
+    def __init__(self, kind: str, hidden: int, num_envs: int, scorer: Any = None) -> None:
         self.width = state_dim(kind, hidden)
         """One env's state width (an LSTM's ``(h, c)`` side by side)."""
+        self.scorer = scorer
         self.rollout_start = np.zeros((num_envs, self.width), np.float32)
         """The ``rnn_state`` of the current rollout's first step, per env."""
         self.truncations: list[tuple[int, np.ndarray, np.ndarray]] = []
         """``(step, envs, final policy observations)`` of episodes a time limit cut in the
         current rollout."""
+
+    def begin(self, extras: Mapping[str, Any], envs: int, name: str) -> None:
+        """Keep the ``rnn_state`` extra of the rollout's first step (the state each column
+        starts from)."""
+        state = extras.get("rnn_state")
+        if state is None or np.shape(state) != (envs, self.width):
+            raise ValueError(
+                f"a recurrent {name} agent observed a transition without its "
+                f"(envs, {self.width}) 'rnn_state' extra (got "
+                f"{None if state is None else np.shape(state)}): the experience must come from "
+                "the same agent's sample() with the same algo.recurrent and algo.rnn_hidden."
+            )
+        self.rollout_start = np.array(state, np.float32)
+
+    def truncated(
+        self, step: int, envs: np.ndarray, final: np.ndarray, rewards: np.ndarray, gamma: float
+    ) -> None:
+        """V(final obs) needs the state after the step: scored with the rollout's sequences
+        (:meth:`add_truncation_values`)."""
+        self.truncations.append((step, envs, final))
+
+    def score(self, buffer: Any, next_obs: np.ndarray, gamma: float) -> np.ndarray:
+        """Each env's sequence scored through the bootstrap step from its first step's state,
+        after the truncated episodes' bootstrap values are added to their rewards."""
+        buf = buffer
+        self.add_truncation_values(buf, gamma)
+        values = self.scorer.sequence_values(
+            with_next(buf.obs, next_obs), starts_through_next(buf.dones), self.rollout_start
+        )
+        buf.values[:] = values[:-1]
+        return np.asarray(values[-1])
+
+    def learn_inputs(self, buffer: Any, gamma: float) -> dict[str, np.ndarray]:
+        """The truncation bootstrap added to the rewards; the episode starts through the
+        bootstrap step and the state each column started from."""
+        self.add_truncation_values(buffer, gamma)
+        return {"starts": starts_through_next(buffer.dones), "state": self.rollout_start}
+
+    def minibatches(
+        self, buffer: Any, batch_size: int, rng: np.random.Generator, *, normalize: bool
+    ) -> list[SequenceBatch]:
+        """Whole env sequences, ``batch_size // T`` of them (at least one)."""
+        return list(
+            sequence_minibatches(
+                buffer,
+                self.rollout_start,
+                max(1, batch_size // buffer.num_steps),
+                rng,
+                normalize_advantages=normalize,
+            )
+        )
+
+    def clear(self) -> None:
+        self.truncations.clear()
+
+    def add_truncation_values(self, buffer: Any, gamma: float) -> None:
+        """``gamma * V(final obs)`` onto the rewards of the steps where a time limit cut an
+        episode, V in the state after that step, from one batched pass over sequences ending
+        in the final observations (:meth:`final_columns`)."""
+        columns = self.final_columns(buffer.obs, episode_starts(buffer.dones))
+        if columns is None:
+            return
+        obs, starts, states, where = columns
+        values = self.scorer.sequence_values(obs, starts, states)
+        for j, (t, e) in enumerate(where):
+            buffer.rewards[t, e] += gamma * values[t + 1, j]
 
     def final_columns(
         self, obs: np.ndarray, starts: np.ndarray
