@@ -36,8 +36,9 @@ class AlgorithmSpec:
     make_agent: Callable[..., Any]
     """``make_agent(env_info, backend, config, *, seed, total_steps) -> Agent``: called once
     per run (and once per farm actor) with the :class:`harness.api.EnvInfo`, a backend
-    already seeded with ``[run] seed``, and an instance of :attr:`config_cls` built from the
-    ``[algo]`` section; ``total_steps`` is ``[run] total_steps`` (for schedules)."""
+    already seeded (the ``backend`` stream of ``[run] seed``, :mod:`harness.seeds`), and an
+    instance of :attr:`config_cls` built from the ``[algo]`` section; ``seed`` is the ``agent``
+    stream's (for ``Agent.rng``), ``total_steps`` is ``[run] total_steps`` (for schedules)."""
     config_cls: type[Any]
     """The dataclass of the ``[algo]`` section; each field's docstring is its ``--help``."""
     action_spaces: tuple[str, ...] = ("discrete", "box")

@@ -43,6 +43,7 @@ from harness.rundir import (
 from harness.runtime.acting import ActingPlan, plan_acting
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
+from harness.seeds import Seeds
 from harness.tracking import MetricsRouter, Tracker
 from harness.version import __version__
 
@@ -349,9 +350,10 @@ def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
     check_backend_supported(registry, config.run.algo, config.run.backend)
     backend_spec = registry.backends.get(config.run.backend)
     backend = backend_spec.load(config.backend)
-    backend.seed(config.run.seed)
+    seeds = Seeds(config.run.seed)
+    backend.seed(seeds.seed("backend"))
     agent: Agent = spec.make_agent(
-        info, backend, config.algo, seed=config.run.seed, total_steps=config.run.total_steps
+        info, backend, config.algo, seed=seeds.seed("agent"), total_steps=config.run.total_steps
     )
     return agent
 
