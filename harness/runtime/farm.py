@@ -51,7 +51,7 @@ from harness.config import Config
 from harness.cpus import cpu_share
 from harness.errors import ConfigError, HarnessError
 from harness.plugins import PluginSelection, collect_registry, make_plugin_manager
-from harness.policy import Policy, as_policy
+from harness.policy import ActingParts, Policy, as_policy
 from harness.remote import (
     ActorLost,
     ActorOptions,
@@ -63,7 +63,7 @@ from harness.remote import (
     completions,
     qualified_name,
 )
-from harness.runtime.build import make_agent, make_envs
+from harness.runtime.build import make_acting, make_agent, make_envs
 from harness.runtime.collectors import Collector
 from harness.runtime.inference import InferenceLink, PolicyServer
 from harness.runtime.moved import old_paths
@@ -139,10 +139,12 @@ def server_config(config: Config) -> Config:
 
 
 class RolloutActor:
-    """Lives in an actor process: a shard of the envs plus the policy of an acting copy of the
-    agent (:class:`harness.policy.Policy`: the stepper keeps its state rows, each broadcast
-    is ``load``-ed into it), or, with central inference (``link``), a stand-in that asks the
-    learner's policy server.
+    """Lives in an actor process: a shard of the envs plus a :class:`harness.policy.Policy`
+    (the stepper keeps its state rows, each broadcast is ``load``-ed into it), or, with
+    central inference (``link``), a stand-in that asks the learner's policy server. The
+    policy is made without an agent where the algorithm declares ``AlgorithmSpec.
+    make_policy`` (every first-party one but ES): the algorithm's networks and the policy,
+    no replay, optimiser state or learner counters; otherwise from an agent's ``policy()``.
     ``plugins`` is the learner's plugin selection (its ``-p`` flags and autoload switch):
     the actor loads exactly those plugins, whatever its own process environment says."""
 
@@ -164,11 +166,20 @@ class RolloutActor:
         # the policy server's stand-in (shared memory here, the transport's for remote actors)
         self.central = link.attach(index) if link is not None else None
         self.agent: Agent | None = None
+        """The acting agent of an algorithm whose policy needs one (else None)."""
+        self.acting: ActingParts | None = None
+        """What the policy reads its schedules' env steps and its generator from."""
         self.policy: Policy | None = None
         if self.central is None:
-            self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
-            self.agent.rng = Seeds(seed).generator("exploration")
-            self.policy = as_policy(self.agent)
+            info = env_info(config.run.env, self.envs)
+            rng = Seeds(seed).generator("exploration")
+            made = make_acting(config, registry, info, rng)
+            if made is None:
+                self.agent = self.acting = make_agent(config, registry, info)
+                self.agent.rng = rng
+                self.policy = as_policy(self.agent)
+            else:
+                self.policy, self.acting = made
         label = f"{env_label(config.run.env, registry)} in farm actor {index}"
         self.stepper = EnvStepper(self.envs, Seeds(seed).seed("envs"), label=label)
         self.index = index
@@ -176,10 +187,10 @@ class RolloutActor:
         self._ended = 0.0  # when the last rollout ended (perf_counter)
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
-        if self.agent is None or self.policy is None:
+        if self.acting is None or self.policy is None:
             raise HarnessError("an actor with central inference holds no weights")
         self.policy.load(weights, version)
-        self.agent.env_steps = env_steps  # exploration schedules follow the learner
+        self.acting.env_steps = env_steps  # exploration schedules follow the learner
         self.stepper.env_steps = env_steps  # (the step a fault names)
         self.version = version
 
@@ -199,9 +210,9 @@ class RolloutActor:
             chunk = self.stepper.rollout(self.central, steps, finished)
             self.version = self.central.oldest_version  # the oldest weights that acted
         else:
-            assert self.agent is not None and self.policy is not None
+            assert self.acting is not None and self.policy is not None
             chunk = self.stepper.rollout(self.policy, steps, finished)
-            self.agent.env_steps += steps * self.stepper.n
+            self.acting.env_steps += steps * self.stepper.n
         self._ended = time.perf_counter()
         chunk.update(
             index=self.index,
