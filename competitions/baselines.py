@@ -84,6 +84,7 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     from harness.config import find_pack_file, layer, resolve
     from harness.plugins import collect_registry, make_plugin_manager
     from harness.runtime import evaluate, load_agent, train
+    from harness.seeds import Seeds
 
     pm = make_plugin_manager()
     registry = collect_registry(pm)
@@ -94,7 +95,11 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
     result = train(config, registry, pm)
     ckpt = latest_checkpoint(result.run_dir)
     agent = load_agent(config, registry, ckpt)
-    fresh = evaluate(agent, config, registry, FRESH_EPISODES, seed=777_000 + seed)
+    # (the evaluation streams of the final step, told apart from training's by a second key)
+    seeds, last = Seeds(seed), config.run.total_steps
+    fresh = evaluate(
+        agent, config, registry, FRESH_EPISODES, seed=seeds.seed("evaluation", last, 1)
+    )
     curve = json.loads((ckpt / "runner.json").read_text(encoding="utf-8"))["eval_history"]
     threshold = spec.get("threshold")
     reached = [s for s, r in curve if threshold is not None and r >= threshold]
@@ -105,7 +110,9 @@ def run_seed(spec: dict[str, Any], root: Path, seed: int, out: Path) -> dict[str
         raw = layer(pack, users, overrides, environ={})
         raw.merge(protocol.config_layer(config.env), f"protocol {name}")
         official = resolve(raw, registry)
-        done = evaluate(agent, official, registry, protocol.episodes, seed=888_000 + seed)
+        done = evaluate(
+            agent, official, registry, protocol.episodes, seed=seeds.seed("evaluation", last, 2)
+        )
         extra["protocol"] = {
             "name": name,
             "env": official.run.env,

@@ -56,7 +56,7 @@ class RunConfig:
     """NN backend plugin name; the HARNESS_BACKEND environment variable overrides the default."""
     seed: int = 1
     """Seed for the envs, the agent and the backend (0 or more); runs with the same seed
-    repeat."""
+    repeat. Each draws from its own stream of it (harness.seeds)."""
     total_steps: int = 100_000
     """Environment steps to train for (summed over vectorized envs); at least 1."""
     num_envs: int = 8

@@ -25,15 +25,19 @@ from __future__ import annotations
 import abc
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from harness.api import EnvInfo
     from harness.numpy_nets import PolicyProgram
 
 __all__ = [
+    "Acting",
     "ActingHooks",
+    "ActingParts",
     "AgentPolicy",
     "HeldActing",
     "Policy",
@@ -102,6 +106,57 @@ class Policy(abc.ABC):
         """The greedy policy as data for ``harness export`` (``Agent.policy_program``'s
         contract), or None when it cannot be exported."""
         return None
+
+
+class ActingParts(Protocol):
+    """What a policy is made from (``AlgorithmSpec.make_policy``): the algorithm (its acting
+    networks: a policy acts on their numpy copies and loads weights through
+    :meth:`set_weights`), the env, the ``[algo]`` config, the exploration generator and the
+    learner's env-step count that exploration schedules read (epsilon, a warm-up). An
+    :class:`~harness.api.Agent` has every one of these, so a family's ``make_policy(agent)``
+    is its ``Agent.policy()``; a process that only acts (a farm actor) makes an
+    :class:`Acting` of the algorithm alone: no agent, replay or optimiser state."""
+
+    algorithm: Any
+    """The :class:`~harness.api.Algorithm` whose networks the policy acts on."""
+    env_info: EnvInfo
+    """The envs acted for (:class:`~harness.api.EnvInfo`)."""
+    config: Any
+    """The ``[algo]`` config."""
+    rng: np.random.Generator
+    """The exploration generator (``act`` given no ``rng``)."""
+    total_steps: int
+    """``[run] total_steps``, the horizon of schedules."""
+    env_steps: int
+    """The learner's env steps as the acting process knows them (schedules read it)."""
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load the learner's policy weights (``Agent.weights()``) into the algorithm."""
+        ...
+
+
+@dataclass
+class Acting:
+    """:class:`ActingParts` without an agent: what a farm actor acts with when its algorithm
+    declares ``AlgorithmSpec.make_policy``. Whoever steps the envs keeps :attr:`env_steps` at
+    the learner's count (set with each broadcast, advanced by each rollout)."""
+
+    algorithm: Any
+    """The algorithm (``AlgorithmSpec.make_algorithm``'s)."""
+    env_info: EnvInfo
+    """The envs acted for."""
+    config: Any
+    """The ``[algo]`` config."""
+    rng: np.random.Generator
+    """The exploration generator."""
+    total_steps: int = 1
+    """``[run] total_steps`` (schedules)."""
+    env_steps: int = 0
+    """The learner's env steps as this process knows them."""
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """``Algorithm.set_policy_weights`` (what ``Agent.set_weights`` does by default)."""
+        self.algorithm.set_policy_weights(weights)
 
 
 class ActingHooks(Protocol):

@@ -37,6 +37,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "harness.rundir",
     "harness.runtime",
     "harness.safestate",
+    "harness.seeds",
     "harness.sequences",
     "harness.testing",
     "harness.tracking",

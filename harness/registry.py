@@ -36,8 +36,9 @@ class AlgorithmSpec:
     make_agent: Callable[..., Any]
     """``make_agent(env_info, backend, config, *, seed, total_steps) -> Agent``: called once
     per run (and once per farm actor) with the :class:`harness.api.EnvInfo`, a backend
-    already seeded with ``[run] seed``, and an instance of :attr:`config_cls` built from the
-    ``[algo]`` section; ``total_steps`` is ``[run] total_steps`` (for schedules)."""
+    already seeded (the ``backend`` stream of ``[run] seed``, :mod:`harness.seeds`), and an
+    instance of :attr:`config_cls` built from the ``[algo]`` section; ``seed`` is the ``agent``
+    stream's (for ``Agent.rng``), ``total_steps`` is ``[run] total_steps`` (for schedules)."""
     config_cls: type[Any]
     """The dataclass of the ``[algo]`` section; each field's docstring is its ``--help``."""
     action_spaces: tuple[str, ...] = ("discrete", "box")
@@ -53,6 +54,22 @@ class AlgorithmSpec:
     """Which envs it takes: "single" (gymnasium, arrays), "multi" (multi-agent envs,
     agent-keyed dicts; see docs/multiagent.md) or "any" (both, e.g. the random policy). A
     mismatch is refused at start-up."""
+    make_algorithm: Callable[..., Any] | None = None
+    """``make_algorithm(backend, env_info, config) -> Algorithm`` (the order of an
+    :class:`harness.api.Algorithm`'s own constructor, so the class itself often fits): the
+    algorithm alone, its networks, for :attr:`make_policy`. Optional, with it."""
+    make_policy: Callable[..., Any] | None = None
+    """``make_policy(parts) -> harness.policy.Policy``: the algorithm's policy made from
+    :class:`harness.policy.ActingParts` (an agent, or an :class:`harness.policy.Acting`
+    around :attr:`make_algorithm`'s algorithm). With both, a farm actor builds only these:
+    no agent, replay or optimiser state; without them (the default) it builds an agent and
+    acts through ``Agent.policy()``."""
+
+    @property
+    def acts_without_agent(self) -> bool:
+        """Whether a process that only acts can make this algorithm's policy without an
+        agent (:attr:`make_algorithm` and :attr:`make_policy` both given)."""
+        return self.make_algorithm is not None and self.make_policy is not None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""What acting costs: CPU seconds per env step of a 2-actor farm, before and after a change.
+"""What acting costs: CPU seconds per env step of a 2-actor farm (or a serial run), before and
+after a change.
 
 Each measurement is one ``harness run`` of the cartpole pack in a fresh process with
-``run.actors = 2`` and a fixed step budget (no evaluations, no checkpoints, no early stop):
+``run.actors = 2`` (``--actors``; 0: a serial run, the envs stepped in the learner) and a
+fixed step budget (no evaluations, no checkpoints, no early stop):
 CPU time of the whole process tree (the learner, its launcher and the actors, through
 ``RUSAGE_CHILDREN`` once everything is reaped) divided by the env steps trained, and the
 wall-clock. CartPole steps in microseconds, so the figure is the harness's own cost per step:
@@ -49,11 +51,11 @@ CONFIGS = {
 }
 
 
-def measure(tree: Path, config: str, steps: int) -> dict[str, float]:
+def measure(tree: Path, config: str, steps: int, actors: int = 2) -> dict[str, float]:
     """One run of ``config`` on ``tree``: CPU seconds (whole tree) and wall seconds."""
     settings = [
         *CONFIGS[config],
-        "run.actors=2",
+        f"run.actors={actors}",
         f"run.total_steps={steps}",
         "run.eval_every=0",
         "run.checkpoint_every=0",
@@ -133,16 +135,20 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--steps", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--actors", type=int, default=2, help="farm actors (0: a serial run)")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     configs = args.configs.split(",")
-    print(f"# {cpus_and_model()}; {args.steps} steps per run, {args.rounds} rounds")
+    print(
+        f"# {cpus_and_model()}; {args.steps} steps per run, {args.rounds} rounds, "
+        f"{args.actors} actors"
+    )
     results: dict[tuple[str, Path], list[dict[str, float]]] = {}
     for r in range(args.rounds):
         order = trees if r % 2 == 0 else trees[::-1]  # A B, B A, ...: drift hits both alike
         for config in configs:
             for tree in order:
-                m = measure(tree, config, args.steps)
+                m = measure(tree, config, args.steps, args.actors)
                 results.setdefault((config, tree), []).append(m)
                 print(
                     f"round {r + 1} {config:9s} {tree}: {m['cpu_us_per_step']:.1f} us CPU "

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness import curriculum
 from harness.api import Agent, EnvInfo
 from harness.checkpoint import latest_checkpoint, read_meta
@@ -31,6 +33,7 @@ from harness.errors import (
     PluginError,
 )
 from harness.plugins import HarnessPluginManager
+from harness.policy import Acting, Policy
 from harness.registry import AlgorithmSpec, Registry
 from harness.rundir import (
     RunLock,
@@ -43,6 +46,7 @@ from harness.rundir import (
 from harness.runtime.acting import ActingPlan, plan_acting
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
+from harness.seeds import Seeds
 from harness.tracking import MetricsRouter, Tracker
 from harness.version import __version__
 
@@ -349,11 +353,38 @@ def make_agent(config: Config, registry: Registry, info: EnvInfo) -> Agent:
     check_backend_supported(registry, config.run.algo, config.run.backend)
     backend_spec = registry.backends.get(config.run.backend)
     backend = backend_spec.load(config.backend)
-    backend.seed(config.run.seed)
+    seeds = Seeds(config.run.seed)
+    backend.seed(seeds.seed("backend"))
     agent: Agent = spec.make_agent(
-        info, backend, config.algo, seed=config.run.seed, total_steps=config.run.total_steps
+        info, backend, config.algo, seed=seeds.seed("agent"), total_steps=config.run.total_steps
     )
     return agent
+
+
+def make_acting(
+    config: Config, registry: Registry, info: EnvInfo, rng: np.random.Generator
+) -> tuple[Policy, Acting] | None:
+    """The policy of ``config``'s algorithm made without an agent (``AlgorithmSpec.
+    make_policy`` over :class:`~harness.policy.Acting`, exploring with ``rng``), and the
+    ``Acting`` whose ``env_steps`` its schedules read; None when the algorithm declares no
+    such policy (the caller builds an agent: :func:`make_agent`)."""
+    spec = registry.algorithms.get(config.run.algo)
+    if spec.make_algorithm is None or spec.make_policy is None:
+        return None
+    check_algorithm_fits(spec, info, registry)
+    check_backend_supported(registry, config.run.algo, config.run.backend)
+    backend = registry.backends.get(config.run.backend).load(config.backend)
+    backend.seed(Seeds(config.run.seed).seed("backend"))
+    algorithm = spec.make_algorithm(backend, info, config.algo)
+    acting = Acting(algorithm, info, config.algo, rng, total_steps=config.run.total_steps)
+    policy = spec.make_policy(acting)
+    if not isinstance(policy, Policy):
+        raise PluginError(
+            f"Algorithm {config.run.algo!r} (plugin {spec.plugin or '?'}): make_policy returned "
+            f"{type(policy).__name__}, not a harness.policy.Policy. Fix the plugin's "
+            "make_policy (harness.testing.check_algorithm checks it)."
+        )
+    return policy, acting
 
 
 def new_run_dir(config: Config) -> Path:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from harness.config import Config
-from harness.runtime.stepper import EnvStepper, Episode, env_label
+from harness.runtime.stepper import EnvStepper, Episode, chunk_transitions, env_label
+from harness.seeds import Seeds
 
 if TYPE_CHECKING:  # (a Run holds its collector: state imports this module)
     from harness.runtime.state import Run
@@ -48,7 +49,7 @@ class SerialCollector(Collector):
     def __init__(self, run: Run) -> None:
         self.stepper = EnvStepper(
             run.envs,
-            run.config.run.seed + run.step,
+            Seeds(run.config.run.seed).seed("envs", run.step),
             label=env_label(run.config.run.env, run.registry),
             env_steps=run.step,
         )
@@ -57,9 +58,11 @@ class SerialCollector(Collector):
             run.agent.episodes_ended(np.ones(self.stepper.n, bool))
 
     def collect(self, run: Run, finished: list[Episode]) -> None:
+        # the farm's path with no process between: a rollout, then its transitions in order
         agent, stepper = run.agent, self.stepper
-        for _ in range(agent.rollout_len):
-            agent.observe(stepper.step(agent, finished))
+        chunk = stepper.rollout(agent, agent.rollout_len, finished)
+        for transition in chunk_transitions([chunk]):
+            agent.observe(transition)
             run.step += stepper.n
 
 

@@ -51,7 +51,7 @@ from harness.config import Config
 from harness.cpus import cpu_share
 from harness.errors import ConfigError, HarnessError
 from harness.plugins import PluginSelection, collect_registry, make_plugin_manager
-from harness.policy import Policy, as_policy
+from harness.policy import ActingParts, Policy, as_policy
 from harness.remote import (
     ActorLost,
     ActorOptions,
@@ -63,7 +63,7 @@ from harness.remote import (
     completions,
     qualified_name,
 )
-from harness.runtime.build import make_agent, make_envs
+from harness.runtime.build import make_acting, make_agent, make_envs
 from harness.runtime.collectors import Collector
 from harness.runtime.inference import InferenceLink, PolicyServer
 from harness.runtime.moved import old_paths
@@ -73,9 +73,11 @@ from harness.runtime.stepper import (
     EnvFault,
     EnvStepper,
     Episode,
+    chunk_transitions,
     configure_envs,
     env_label,
 )
+from harness.seeds import Seeds
 
 if TYPE_CHECKING:
     from harness.registry import Registry
@@ -137,10 +139,12 @@ def server_config(config: Config) -> Config:
 
 
 class RolloutActor:
-    """Lives in an actor process: a shard of the envs plus the policy of an acting copy of the
-    agent (:class:`harness.policy.Policy`: the stepper keeps its state rows, each broadcast
-    is ``load``-ed into it), or, with central inference (``link``), a stand-in that asks the
-    learner's policy server.
+    """Lives in an actor process: a shard of the envs plus a :class:`harness.policy.Policy`
+    (the stepper keeps its state rows, each broadcast is ``load``-ed into it), or, with
+    central inference (``link``), a stand-in that asks the learner's policy server. The
+    policy is made without an agent where the algorithm declares ``AlgorithmSpec.
+    make_policy`` (every first-party one but ES): the algorithm's networks and the policy,
+    no replay, optimiser state or learner counters; otherwise from an agent's ``policy()``.
     ``plugins`` is the learner's plugin selection (its ``-p`` flags and autoload switch):
     the actor loads exactly those plugins, whatever its own process environment says."""
 
@@ -162,22 +166,31 @@ class RolloutActor:
         # the policy server's stand-in (shared memory here, the transport's for remote actors)
         self.central = link.attach(index) if link is not None else None
         self.agent: Agent | None = None
+        """The acting agent of an algorithm whose policy needs one (else None)."""
+        self.acting: ActingParts | None = None
+        """What the policy reads its schedules' env steps and its generator from."""
         self.policy: Policy | None = None
         if self.central is None:
-            self.agent = make_agent(config, registry, env_info(config.run.env, self.envs))
-            self.agent.rng = np.random.default_rng([seed, index])
-            self.policy = as_policy(self.agent)
+            info = env_info(config.run.env, self.envs)
+            rng = Seeds(seed).generator("exploration")
+            made = make_acting(config, registry, info, rng)
+            if made is None:
+                self.agent = self.acting = make_agent(config, registry, info)
+                self.agent.rng = rng
+                self.policy = as_policy(self.agent)
+            else:
+                self.policy, self.acting = made
         label = f"{env_label(config.run.env, registry)} in farm actor {index}"
-        self.stepper = EnvStepper(self.envs, seed, label=label)
+        self.stepper = EnvStepper(self.envs, Seeds(seed).seed("envs"), label=label)
         self.index = index
         self.version = -1
         self._ended = 0.0  # when the last rollout ended (perf_counter)
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray], env_steps: int) -> None:
-        if self.agent is None or self.policy is None:
+        if self.acting is None or self.policy is None:
             raise HarnessError("an actor with central inference holds no weights")
         self.policy.load(weights, version)
-        self.agent.env_steps = env_steps  # exploration schedules follow the learner
+        self.acting.env_steps = env_steps  # exploration schedules follow the learner
         self.stepper.env_steps = env_steps  # (the step a fault names)
         self.version = version
 
@@ -197,9 +210,9 @@ class RolloutActor:
             chunk = self.stepper.rollout(self.central, steps, finished)
             self.version = self.central.oldest_version  # the oldest weights that acted
         else:
-            assert self.agent is not None and self.policy is not None
+            assert self.acting is not None and self.policy is not None
             chunk = self.stepper.rollout(self.policy, steps, finished)
-            self.agent.env_steps += steps * self.stepper.n
+            self.acting.env_steps += steps * self.stepper.n
         self._ended = time.perf_counter()
         chunk.update(
             index=self.index,
@@ -260,6 +273,7 @@ class _Slot:
     index: int
     num_envs: int
     seed: int
+    """The actor's root seed before any restart (:meth:`Seeds.seed`, stream ``actor``)."""
     proxy: Any = None
     inflight: deque[Future[Any]] = field(default_factory=deque)
     sent_version: int = -1
@@ -298,8 +312,10 @@ class FarmCollector(Collector):
             RolloutActor, ActorOptions(cpus=1.0, memory_mb=cfg.actor_memory_mb or None)
         )
         sizes = np.array_split(np.arange(cfg.num_envs), cfg.actors)
+        self.seeds = Seeds(cfg.seed)
+        self.start_step = run.step  # (a resumed run's actors play new episodes)
         self.slots = [
-            _Slot(i, len(s), cfg.seed * 100_003 + run.step + 7919 * i) for i, s in enumerate(sizes)
+            _Slot(i, len(s), self.seeds.seed("actor", i, 0, run.step)) for i, s in enumerate(sizes)
         ]
         self.version = 0
         self._weights: tuple[int, dict[str, np.ndarray], int] | None = None
@@ -381,12 +397,12 @@ class FarmCollector(Collector):
         state = learner.rng_state()  # make_agent seeds the framework: keep the learner's draws
         agent = make_agent(config, run.registry, run.info)
         learner.set_rng_state(state)
-        agent.rng = np.random.default_rng([config.run.seed, run.step, 0xCE17])
+        agent.rng = Seeds(config.run.seed).generator("exploration", run.step)
         return agent
 
     # -- actors --------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:
-        seed = slot.seed + 1_000_003 * slot.restarts
+        seed = self.seeds.seed("actor", slot.index, slot.restarts, self.start_step)
         slot.proxy = self.actor_cls(
             self.config,
             slot.index,
@@ -522,28 +538,12 @@ class FarmCollector(Collector):
         width: int,
         finished: list[Episode],
     ) -> None:
-        """Observe ``chunks`` side by side (their envs concatenated), step by step. Each
-        step's arrays are joined on their own: joining whole chunks first would allocate
-        rollout-sized arrays (tens of MB of Atari frames) that the allocator maps fresh every
-        iteration, page faults included (measured 106 vs 13 ms for two 32-env chunks)."""
+        """Observe ``chunks`` side by side (their envs concatenated), step by step
+        (:func:`~harness.runtime.stepper.chunk_transitions`)."""
         for chunk in chunks:
             finished.extend((float(r), int(n), dict(m)) for r, n, m in chunk["episodes"])
-        extras_keys = list(chunks[0]["extras"])
-        for t in range(self.steps):
-
-            def side_by_side(*parts: np.ndarray, t: int = t) -> np.ndarray:
-                if len(parts) == 1:
-                    return np.asarray(parts[0][t])
-                return np.concatenate([part[t] for part in parts])
-
-            fields = [
-                tree_map(side_by_side, chunks[0][name], *(c[name] for c in chunks[1:]))
-                for name in STEP_FIELDS
-            ]
-            step_extras = {
-                key: side_by_side(*(c["extras"][key] for c in chunks)) for key in extras_keys
-            }
-            run.agent.observe(Transition(*fields, step_extras))  # type: ignore[call-arg]
+        for transition in chunk_transitions(chunks):
+            run.agent.observe(transition)
             run.step += width
         self.received_steps += self.steps * width
 

@@ -49,6 +49,7 @@ from harness.runtime.collectors import Collector, OfflineCollector, SerialCollec
 from harness.runtime.farm import FarmCollector
 from harness.runtime.moved import old_paths
 from harness.runtime.stepper import EnvFault, env_call, env_label
+from harness.seeds import Seeds
 from harness.version import __version__
 from harness.video import EpisodeRecorder
 
@@ -288,7 +289,7 @@ def _confirmed(run: Run, metrics: dict[str, float]) -> bool:
     mean is biased upwards), so one alone stopped runs at policies that scored well below the
     threshold on fresh episodes (DQN on CartPole: 467.9 after an evaluation of >= 475)."""
     cfg = run.config.run
-    seed = 20_000_000 + cfg.seed + run.step
+    seed = Seeds(cfg.seed).seed("confirmation", run.step)
     again = evaluate(run.agent, run.config, run.registry, cfg.eval_episodes, seed=seed)
     metrics["eval/confirm_mean_return"] = again.mean
     run.router.record(run.step, {"eval/confirm_mean_return": again.mean})
@@ -320,9 +321,8 @@ def _evaluate_and_record(run: Run, last: dict[str, float] | None = None) -> Eval
     cfg = run.config.run
     if cfg.eval_episodes <= 0:
         return run_state.EvalResult([], [])
-    result = evaluate(
-        run.agent, run.config, run.registry, cfg.eval_episodes, seed=10_000 + cfg.seed + run.step
-    )
+    seed = Seeds(cfg.seed).seed("evaluation", run.step)
+    result = evaluate(run.agent, run.config, run.registry, cfg.eval_episodes, seed=seed)
     run.eval_history.append((run.step, result.mean))
     if cfg.keep_best and result.mean > run.best_eval:
         _checkpoint(run, best=True)

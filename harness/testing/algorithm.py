@@ -26,7 +26,7 @@ from harness.testing.common import (
     _same,
     _snapshot,
 )
-from harness.testing.policy import check_policy
+from harness.testing.policy import check_agentless_policy, check_policy
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,10 @@ def check_algorithm(
 
     Its :meth:`~harness.api.Agent.policy` is checked too: greedy acting for any subset of
     rows equals acting for all, its state round-trips, and a policy given the learner's
-    weights by ``load`` acts like the learner.
+    weights by ``load`` acts like the learner. Where the spec declares ``make_algorithm`` and
+    ``make_policy`` (farm actors then act without an agent), that policy, given the learner's
+    weights, generator state and env-step count, acts like the agent's own, greedily and
+    exploring.
     """
     kinds = sorted({a.kind for a in _agent_spaces(env_info, "actions").values()})
     kind = "/".join(kinds)
@@ -156,6 +159,7 @@ def check_algorithm(
         _check_rows(make(seed + 3), make(seed + 3), env_info, rng, who)
     second = _obs_batch(env_info, TRANSFER_PROBE, rng)
     check_policy(agent, make(seed + 5), env_info, [many, second], who, _differs)
+    check_agentless_policy(spec, agent, backend, config, [many, second], who, _differs)
 
 
 def _check_rows(

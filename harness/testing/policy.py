@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from harness.api import EnvInfo, batch_size, tree_map
-from harness.policy import AgentPolicy, Policy, State
+from harness.policy import Acting, AgentPolicy, Policy, State
 from harness.testing.common import _check, _fail
 
 ROW_SUBSETS = ("every other row", "the last five rows", "one row")
@@ -127,3 +127,58 @@ def _check_load(learner: Any, actor: Any, batches: list[Any], who: str, differs:
             + (", acting exactly as before" if stale else "")
             + ": a policy must act with the weights it loaded (take its acting copies again).",
         )
+
+
+def check_agentless_policy(
+    spec: Any, learner: Any, backend: Any, config: Any, batches: list[Any], who: str, differs: Any
+) -> None:
+    """Where ``spec`` declares ``make_algorithm`` and ``make_policy`` (a farm actor then acts
+    without an agent), the policy they make from an :class:`~harness.policy.Acting` given the
+    learner's weights, generator state and env-step count acts like the learner's own
+    policy: greedily, and exploring with generators in the same state (so the schedules it
+    reads, epsilon or a warm-up, follow the same count)."""
+    if getattr(spec, "make_algorithm", None) is None or getattr(spec, "make_policy", None) is None:
+        return
+    info = learner.env_info
+    algorithm = spec.make_algorithm(backend, info, config)
+    acting = Acting(
+        algorithm, info, config, _copy(learner.rng), learner.total_steps, learner.env_steps
+    )
+    policy = spec.make_policy(acting)
+    _check(
+        isinstance(policy, Policy),
+        who,
+        f"make_policy returned {type(policy).__name__}, not a harness.policy.Policy",
+    )
+    policy.load(learner.weights(), 3)
+    own = learner.policy()
+    got, _ = _greedy_steps(policy, batches)
+    want, _ = _greedy_steps(own, batches)
+    mismatch = differs(got[-1], want[-1])
+    if mismatch is not None:
+        _fail(
+            who,
+            f"the policy make_policy made without an agent, given the learner's weights, acting "
+            f"greedily {mismatch} of the agent's policy: a farm actor would act otherwise than "
+            "the learner (make_policy must read everything from its ActingParts)",
+        )
+    n = batch_size(batches[0])
+    drawn = []  # (the agentless one from its own generator, as a farm actor's stepper calls it)
+    for made, rng in ((policy, None), (own, _copy(learner.rng))):
+        actions, _, _ = made.act(batches[0], made.initial_state(n), rng, explore=True)
+        drawn.append(actions)
+    mismatch = differs(drawn[0], drawn[1])
+    if mismatch is not None:
+        _fail(
+            who,
+            f"the policy make_policy made without an agent, exploring from the learner's "
+            f"generator state at its env-step count ({learner.env_steps}), {mismatch} of the "
+            "agent's policy: its exploration (schedule, generator) must come from its "
+            "ActingParts (parts.env_steps, parts.rng), as the agent's does",
+        )
+
+
+def _copy(rng: np.random.Generator) -> np.random.Generator:
+    copy = np.random.default_rng()
+    copy.bit_generator.state = rng.bit_generator.state
+    return copy

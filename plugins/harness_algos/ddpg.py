@@ -21,7 +21,8 @@ from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
 from harness.errors import IncompatibleError
 from harness.numpy_nets import Activation, Op, layers_of
-from harness.policy import State
+from harness.policy import ActingParts, State
+from harness_algos import offpolicy
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
     OffPolicyAgent,
@@ -253,9 +254,16 @@ class DDPGAgent(OffPolicyAgent):
         super().__init__(algorithm, info, config, name="ddpg", seed=seed, total_steps=total_steps)
 
     def policy(self) -> OffPolicyPolicy:
-        if self.algorithm.heads == 1:  # (one head: no state, as TD3)
-            return super().policy()
-        return EnsemblePolicy(self.algorithm, self.rng, **self.policy_parts())
+        return make_policy(self)
+
+
+def make_policy(parts: ActingParts) -> OffPolicyPolicy:
+    """DDPG's policy made from ``parts`` (an agent or a farm actor's
+    :class:`~harness.policy.Acting`): with one head, :class:`OffPolicyPolicy` (no state, as
+    TD3's); with more, :class:`EnsemblePolicy`."""
+    if parts.algorithm.heads == 1:
+        return offpolicy.make_policy(parts, "ddpg")
+    return EnsemblePolicy(parts.algorithm, parts.rng, **offpolicy.policy_parts(parts, "ddpg"))
 
 
 def make_agent(

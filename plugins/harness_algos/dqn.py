@@ -12,7 +12,7 @@ import numpy as np
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
 from harness.data import PrioritizedReplay, ReplayBatch, ReplayMemory
 from harness.numpy_nets import Argmax, Op, PolicyProgram, layers_of
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import check_replay
 
@@ -326,31 +326,14 @@ class DQNAgent(Agent):
 
     @property
     def epsilon(self) -> float:
-        c = self.config
-        progress = self.env_steps / self.total_steps
-        return schedule_value(
-            c.exploration_initial_eps, c.exploration_final_eps, progress, c.exploration_fraction
-        )
+        return epsilon_at(self)
 
     def policy(self) -> EpsilonGreedy:
-        """Epsilon-greedy on the online network's numpy copies, epsilon read from
-        :attr:`epsilon` (this agent's step count) at each act."""
-        return EpsilonGreedy(
-            self.algorithm.greedy,
-            self.env_info.action.n,
-            lambda: self.epsilon,
-            lambda: self.rng,
-            load=self.set_weights,
-            program=self.policy_program,
-        )
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     def policy_program(self) -> PolicyProgram | None:
-        """The greedy policy as data (:meth:`DQN.greedy_layers`)."""
-        layers = self.algorithm.greedy_layers()
-        if layers is None:
-            return None
-        info = self.env_info
-        return PolicyProgram(layers, info.observation.flat_dim, info.action.n, discrete=True)
+        return greedy_program(self.algorithm, self.env_info)
 
     def observe(self, transition: Transition) -> None:
         t = transition
@@ -387,6 +370,43 @@ class DQNAgent(Agent):
         self.replay.load_state_dict(
             {k.removeprefix("replay."): v for k, v in state.items() if k.startswith("replay.")}
         )
+
+
+def epsilon_at(parts: ActingParts) -> float:
+    """The exploration rate after ``parts.env_steps`` of ``parts.total_steps`` env steps (the
+    ``exploration_*`` keys of ``parts.config``)."""
+    c = parts.config
+    return float(
+        schedule_value(
+            c.exploration_initial_eps,
+            c.exploration_final_eps,
+            parts.env_steps / parts.total_steps,
+            c.exploration_fraction,
+        )
+    )
+
+
+def greedy_program(algorithm: DQN, info: EnvInfo) -> PolicyProgram | None:
+    """The greedy policy as data (:meth:`DQN.greedy_layers`)."""
+    layers = algorithm.greedy_layers()
+    if layers is None:
+        return None
+    return PolicyProgram(layers, info.observation.flat_dim, info.action.n, discrete=True)
+
+
+def make_policy(parts: ActingParts) -> EpsilonGreedy:
+    """Epsilon-greedy on the online network's numpy copies, epsilon read from ``parts``'
+    step count at each act (:func:`epsilon_at`), exploring with ``parts.rng`` (an agent, or a
+    farm actor's :class:`~harness.policy.Acting`)."""
+    algorithm: DQN = parts.algorithm
+    return EpsilonGreedy(
+        algorithm.greedy,
+        parts.env_info.action.n,
+        lambda: epsilon_at(parts),
+        lambda: parts.rng,
+        load=parts.set_weights,
+        program=lambda: greedy_program(algorithm, parts.env_info),
+    )
 
 
 def make_agent(

@@ -26,7 +26,7 @@ from harness.api import Agent, Algorithm, EnvInfo, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
 from harness.numpy_nets import Activation, Columns, Dense, Op, PolicyProgram, Rescale, layers_of
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness_algos.bound_policy import BoundPolicy
 
 
@@ -263,34 +263,12 @@ class OffPolicyAgent(ReplayRatioAgent):
         return self.scale.from_env(actions)
 
     def policy(self) -> OffPolicyPolicy:
-        """The :class:`OffPolicyPolicy` on the algorithm (its current weights), exploring with
-        this agent's generator (uniform actions until ``learning_starts`` of its env steps)."""
-        return OffPolicyPolicy(self.algorithm, self.rng, **self.policy_parts())
-
-    def policy_parts(self) -> dict[str, Any]:
-        """What an :class:`OffPolicyPolicy` of this agent is made of besides the algorithm and
-        the generator (keyword arguments)."""
-        return {
-            "scale": self.scale,
-            "action_shape": self.action_shape,
-            "learning_starts": self.config.learning_starts,
-            "env_steps": lambda: self.env_steps,
-            "load": self.set_weights,
-            "program": self.policy_program,
-        }
+        """:func:`make_policy` of this agent (uniform actions until ``learning_starts`` of
+        its env steps)."""
+        return make_policy(self, self.name)
 
     def policy_program(self) -> PolicyProgram | None:
-        """The greedy policy as data: the algorithm's
-        :meth:`~ContinuousActorCritic.actor_layers` in [-1, 1], then :class:`BoxScale`'s map
-        onto the env's box."""
-        layers = self.algorithm.actor_layers()
-        if layers is None:
-            return None
-        scale = Rescale(self.scale.centre.ravel(), self.scale.half.ravel())
-        info = self.env_info
-        return PolicyProgram(
-            (*layers, scale), info.observation.flat_dim, info.action.flat_dim, discrete=False
-        )
+        return actor_program(self.algorithm, self.scale, self.env_info)
 
     def observe(self, transition: Transition) -> None:
         t = transition
@@ -350,6 +328,41 @@ class OffPolicyPolicy(BoundPolicy):
         """Exploratory actions in [-1, 1] after the warm-up (the rows' ``state``: DDPG's
         heads)."""
         return self.algorithm.explore(obs, rng)
+
+
+def actor_program(
+    algorithm: ContinuousActorCritic, scale: BoxScale, info: EnvInfo
+) -> PolicyProgram | None:
+    """The greedy policy as data: the algorithm's :meth:`~ContinuousActorCritic.actor_layers`
+    in [-1, 1], then :class:`BoxScale`'s map onto the env's box."""
+    layers = algorithm.actor_layers()
+    if layers is None:
+        return None
+    rescale = Rescale(scale.centre.ravel(), scale.half.ravel())
+    return PolicyProgram(
+        (*layers, rescale), info.observation.flat_dim, info.action.flat_dim, discrete=False
+    )
+
+
+def policy_parts(parts: ActingParts, name: str) -> dict[str, Any]:
+    """What an :class:`OffPolicyPolicy` made from ``parts`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`) of algorithm ``name`` is made of besides the algorithm
+    and the generator (keyword arguments)."""
+    scale = BoxScale(parts.env_info, name)
+    return {
+        "scale": scale,
+        "action_shape": parts.env_info.action.shape,
+        "learning_starts": parts.config.learning_starts,
+        "env_steps": lambda: parts.env_steps,
+        "load": parts.set_weights,
+        "program": lambda: actor_program(parts.algorithm, scale, parts.env_info),
+    }
+
+
+def make_policy(parts: ActingParts, name: str) -> OffPolicyPolicy:
+    """The :class:`OffPolicyPolicy` of algorithm ``name`` (SAC, TD3, one-head DDPG) on
+    ``parts.algorithm`` (its current weights), exploring with ``parts.rng``."""
+    return OffPolicyPolicy(parts.algorithm, parts.rng, **policy_parts(parts, name))
 
 
 def flat(batch: np.ndarray) -> np.ndarray:

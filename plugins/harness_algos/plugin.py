@@ -39,6 +39,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "dqn",
             make_agent=dqn.make_agent,
+            make_algorithm=dqn.DQN,
+            make_policy=dqn.make_policy,
             config_cls=dqn.DQNConfig,
             action_spaces=("discrete",),
             description="DQN with double, dueling and prioritized-replay options",
@@ -67,6 +69,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "ddpg",
             make_agent=ddpg.make_agent,
+            make_algorithm=ddpg.DDPG,
+            make_policy=ddpg.make_policy,
             config_cls=ddpg.DDPGConfig,
             action_spaces=("box",),
             description="DDPG with PARL's multi-head ensemble option (ensemble = K)",
@@ -74,6 +78,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "td3",
             make_agent=td3.make_agent,
+            make_algorithm=td3.TD3,
+            make_policy=td3.make_policy,
             config_cls=td3.TD3Config,
             action_spaces=("box",),
             description="TD3 (twin critics, target smoothing, delayed actor updates)",
@@ -81,6 +87,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "sac",
             make_agent=sac.make_agent,
+            make_algorithm=sac.SAC,
+            make_policy=sac.make_policy,
             config_cls=sac.SACConfig,
             action_spaces=("box",),
             description="SAC with automatic entropy tuning",
@@ -124,6 +132,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "random",
             make_agent=random_policy.make_agent,
+            make_algorithm=random_policy.make_algorithm,
+            make_policy=random_policy.make_policy,
             config_cls=random_policy.RandomConfig,
             action_spaces=("discrete", "box"),
             description="uniformly random actions, no learning (floor and overhead baseline)",

@@ -24,7 +24,7 @@ from harness.api import (
     Transition,
     batch_size,
 )
-from harness.policy import Policy, State
+from harness.policy import ActingParts, Policy, State
 
 
 @dataclass
@@ -135,13 +135,24 @@ class RandomAgent(Agent):
         self.n = info.num_envs
 
     def policy(self) -> Uniform:
-        return Uniform(self.env_info, lambda: self.rng)
+        return make_policy(self)
 
     def observe(self, transition: Transition) -> None:
         self.env_steps += len(transition.terminated)
 
     def learn(self) -> dict[str, float]:
         return {}
+
+
+def make_algorithm(backend: Backend, info: EnvInfo, config: RandomConfig) -> RandomPolicy:
+    """No networks: the algorithm of the random agent."""
+    return RandomPolicy(backend)
+
+
+def make_policy(parts: ActingParts) -> Uniform:
+    """Uniform actions for ``parts.env_info``'s envs from ``parts.rng`` (an agent, or a farm
+    actor's :class:`~harness.policy.Acting`)."""
+    return Uniform(parts.env_info, lambda: parts.rng)
 
 
 def make_agent(

@@ -13,6 +13,8 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
+from harness.policy import ActingParts
+from harness_algos import offpolicy
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
     OffPolicyAgent,
@@ -200,6 +202,12 @@ class SAC(ContinuousActorCritic):
             "losses/alpha": bk.item(alpha[0]),
             "losses/entropy": -bk.item(bk.mean(log_pi)),
         }
+
+
+def make_policy(parts: ActingParts) -> offpolicy.OffPolicyPolicy:
+    """SAC's policy made from ``parts`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`)."""
+    return offpolicy.make_policy(parts, "sac")
 
 
 def make_agent(

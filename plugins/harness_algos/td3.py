@@ -9,6 +9,8 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo
 from harness.data import ReplayBatch
+from harness.policy import ActingParts
+from harness_algos import offpolicy
 from harness_algos.offpolicy import (
     ContinuousActorCritic,
     OffPolicyAgent,
@@ -126,6 +128,12 @@ class TD3(ContinuousActorCritic):
             metrics["losses/critic_loss"] = bk.item(critic_loss)
             metrics["losses/q_values"] = bk.item(bk.mean(q1))
         return metrics
+
+
+def make_policy(parts: ActingParts) -> offpolicy.OffPolicyPolicy:
+    """TD3's policy made from ``parts`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`)."""
+    return offpolicy.make_policy(parts, "td3")
 
 
 def make_agent(

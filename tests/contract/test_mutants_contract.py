@@ -23,10 +23,11 @@ from test_conformance import (  # same directory: pytest puts it on sys.path
 )
 
 from harness import numpy_nets, sequences
-from harness.policy import Policy, State
+from harness.policy import Acting, Policy, State
 from harness.pytest_plugin import cpu_backend
 from harness.registry import AlgorithmSpec, EnvSpec
 from harness.testing import check_algorithm, check_backend, check_env
+from harness_algos import dqn
 
 # ------------------------------------------------------------------------------------------
 # 1. A stale acting copy: the weights change, the numpy copy that acting uses does not
@@ -489,3 +490,44 @@ def test_check_env_gives_the_shapes_of_a_wrong_shaped_observation() -> None:
         check_env(gym_family(three_of_four), "CartPole-v1")
     message = str(excinfo.value)
     assert "wrong shape" in message and "(4,)" in message and "(3,)" in message, message
+
+
+# ------------------------------------------------------------------------------------------
+# 8. A policy made without an agent (a farm actor's) that does not read what it is made from
+
+
+def _made_with(make_policy: Callable[..., Any]) -> AlgorithmSpec:
+    real = first_party()[1].algorithms.get("dqn")
+    return dataclasses.replace(real, name="broken_dqn", plugin="tests", make_policy=make_policy)
+
+
+def _generator_of_its_own(parts: Any) -> Any:
+    own = Acting(
+        parts.algorithm, parts.env_info, parts.config, np.random.default_rng(0), parts.total_steps
+    )
+    own.env_steps = parts.env_steps
+    policy = dqn.make_policy(own)
+    return policy
+
+
+AGENTLESS = {
+    "epsilon frozen at 0 steps": (
+        lambda parts: dqn.make_policy(
+            Acting(parts.algorithm, parts.env_info, parts.config, parts.rng, parts.total_steps, 0)
+        ),
+        r"exploring from the learner.s generator state at its env-step count",
+    ),
+    "a generator of its own": (
+        _generator_of_its_own,
+        r"exploring from the learner.s generator state",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", AGENTLESS)
+def test_check_algorithm_fails_on_an_agentless_policy_that_ignores_its_parts(
+    case: str, torch_backend: Any
+) -> None:
+    make_policy, message = AGENTLESS[case]
+    with pytest.raises(AssertionError, match=message):
+        check_algorithm(_made_with(make_policy), torch_backend, DISCRETE)
