@@ -44,7 +44,7 @@ from harness.api import Agent, Algorithm, Backend, Distribution, EnvInfo, Transi
 from harness.data import RolloutBatch, RolloutBuffer
 from harness.errors import ConfigError, IncompatibleError
 from harness.numpy_nets import Argmax, Clip, Op, PolicyProgram, Standardize
-from harness.policy import Policy
+from harness.policy import ActingParts, Policy
 from harness_algos.memory import Memory, RolloutMemory, memory_for
 from harness_algos.moments import EPS, Normalization, RunningMoments
 from harness_algos.noise import CorrelatedExploration
@@ -341,7 +341,7 @@ class RolloutAgent(Agent):
             self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
         self._zeros = np.zeros(info.num_envs, np.float32)
         self._last_next_obs: np.ndarray | None = None
-        norm = config if isinstance(config, Normalization) else None
+        norm = normalization(config)
         self.norm = norm
         """The config's normalisation keys; None for a config without them (MAPPO's)."""
         if norm is not None and norm.normalize_obs:
@@ -378,54 +378,21 @@ class RolloutAgent(Agent):
 
     # --- acting ---------------------------------------------------------------------------
     def policy(self) -> Policy:
-        """The :class:`~harness_algos.rollout_policy.RolloutPolicy` on the algorithm's numpy
-        copy (its per-env state: a recurrent network's, correlated noise's)."""
-        return RolloutPolicy(
-            self.algorithm,
-            self.rng,
-            inputs=self.policy_obs,
-            to_env=self.to_env,
-            width=self.memory.width,
-            rho=self.noise_correlation,
-            act_dim=self.algorithm.act_dim,
-            load=self.set_weights,
-            program=self.policy_program,
-        )
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     def policy_program(self) -> PolicyProgram | None:
-        """:meth:`predict` as data: ``normalize_obs``'s standardisation, the policy head's
-        layers (after the recurrent layer), then the argmax (discrete) or the clip to the box.
-        None for a multi-agent env (MAPPO: agent-keyed batches)."""
-        if self.env_info.multi_agent:
-            return None
-        layers = self.algorithm.policy_layers()
-        if layers is None:
-            raise IncompatibleError(
-                f"{self.name} acts on {self.env_info.env_id!r} through a network without a "
-                f"numpy description (a CNN over image observations of shape "
-                f"{self.env_info.observation.shape}): only MLP and LSTM/GRU policies over flat "
-                "observations can be described (and exported)."
-            )
-        ops: list[Op] = []
-        moments, norm = self.algorithm.obs_norm, self.norm
-        if moments is not None and norm is not None:  # RunningMoments.normalize's arithmetic
-            std = np.sqrt(moments.var + EPS)
-            ops.append(Standardize(moments.mean.ravel().copy(), std.ravel(), norm.clip_obs))
-        ops += layers
-        ops.append(Argmax() if self.discrete else Clip(self.low.ravel(), self.high.ravel()))
-        return PolicyProgram(
-            tuple(ops), self.env_info.observation.flat_dim, self.algorithm.act_dim, self.discrete
-        )
+        """:meth:`predict` as data (:func:`rollout_program`)."""
+        return rollout_program(self.algorithm, self.env_info, self.norm)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
         return actions if self.discrete else np.clip(actions, self.low, self.high)
 
     def policy_obs(self, obs: np.ndarray) -> np.ndarray:
-        """Observations as the policy takes them: standardised with ``normalize_obs``
-        (``sample`` and ``predict`` pass the env's through here; the buffer stores these)."""
-        moments, norm = self.algorithm.obs_norm, self.norm
-        return obs if moments is None or norm is None else moments.normalize(obs, norm.clip_obs)
+        """Observations as the policy takes them (:func:`standardized`; the buffer stores
+        these)."""
+        return standardized(self.algorithm, self.norm, obs)
 
     def scale_rewards(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
         """With ``normalize_reward``: rewards divided by the running standard deviation of
@@ -505,3 +472,89 @@ class RolloutAgent(Agent):
                 self.buffer.size, self.rng, normalize_advantages=normalize_advantages
             )
         )
+
+
+def normalization(config: Any) -> Normalization | None:
+    """The config's normalisation keys; None for a config without them (MAPPO's)."""
+    return config if isinstance(config, Normalization) else None
+
+
+def standardized(algorithm: ActorCritic, norm: Normalization | None, obs: np.ndarray) -> np.ndarray:
+    """Observations as the policy takes them: standardised with ``normalize_obs`` (the
+    algorithm's running moments; a farm actor's come with each broadcast)."""
+    moments = algorithm.obs_norm
+    if moments is None or norm is None:
+        return obs
+    normalized: np.ndarray = moments.normalize(obs, norm.clip_obs)
+    return normalized
+
+
+def rollout_program(
+    algorithm: ActorCritic, info: EnvInfo, norm: Normalization | None
+) -> PolicyProgram | None:
+    """The greedy policy as data: ``normalize_obs``'s standardisation, the policy head's
+    layers (after the recurrent layer), then the argmax (discrete) or the clip to the box.
+    None for a multi-agent env (MAPPO: agent-keyed batches)."""
+    if info.multi_agent:
+        return None
+    layers = algorithm.policy_layers()
+    if layers is None:
+        raise IncompatibleError(
+            f"{type(algorithm).__name__.lower()} acts on {info.env_id!r} through a network "
+            f"without a numpy description (a CNN over image observations of shape "
+            f"{info.observation.shape}): only MLP and LSTM/GRU policies over flat "
+            "observations can be described (and exported)."
+        )
+    discrete = info.action.kind == "discrete"
+    ops: list[Op] = []
+    moments = algorithm.obs_norm
+    if moments is not None and norm is not None:  # RunningMoments.normalize's arithmetic
+        std = np.sqrt(moments.var + EPS)
+        ops.append(Standardize(moments.mean.ravel().copy(), std.ravel(), norm.clip_obs))
+    ops += layers
+    if discrete:
+        ops.append(Argmax())
+    else:
+        low, high = _box(info)
+        ops.append(Clip(low.ravel(), high.ravel()))
+    return PolicyProgram(tuple(ops), info.observation.flat_dim, algorithm.act_dim, discrete)
+
+
+def _box(info: EnvInfo) -> tuple[np.ndarray, np.ndarray]:
+    shape = info.action.shape
+    low = np.asarray(info.action.low, np.float32).reshape(shape)
+    return low, np.asarray(info.action.high, np.float32).reshape(shape)
+
+
+def make_policy(parts: ActingParts) -> RolloutPolicy:
+    """The on-policy family's :class:`~harness_algos.rollout_policy.RolloutPolicy` (PPO,
+    A2C, PG, IMPALA) on ``parts.algorithm``'s numpy copy, exploring with ``parts.rng``; its
+    per-env state a recurrent network's and correlated noise's. ``parts``: an agent, or a
+    farm actor's :class:`~harness.policy.Acting` (whose algorithm gets the ``normalize_obs``
+    moments the agent would give it; each broadcast brings their values)."""
+    algorithm: ActorCritic = parts.algorithm
+    info, config = parts.env_info, parts.config
+    norm = normalization(config)
+    if norm is not None and norm.normalize_obs and algorithm.obs_norm is None:
+        algorithm.obs_norm = RunningMoments(info.observation.shape)
+    if info.action.kind == "discrete":
+        to_env: Callable[[np.ndarray], np.ndarray] = np.asarray
+    else:
+        low, high = _box(info)
+
+        def to_env(actions: np.ndarray) -> np.ndarray:
+            clipped: np.ndarray = np.clip(actions, low, high)
+            return clipped
+
+    rho = config.noise_correlation if isinstance(config, CorrelatedExploration) else 0.0
+    return RolloutPolicy(
+        algorithm,
+        parts.rng,
+        inputs=lambda obs: standardized(algorithm, norm, obs),
+        to_env=to_env,
+        width=algorithm.memory.width,
+        rho=float(rho),
+        act_dim=algorithm.act_dim,
+        load=parts.set_weights,
+        program=lambda: rollout_program(algorithm, info, norm),
+    )

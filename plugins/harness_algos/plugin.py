@@ -16,6 +16,7 @@ from harness_algos import (
     impala,
     maddpg,
     mappo,
+    onpolicy,
     pg,
     ppo,
     qmix,
@@ -32,6 +33,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "a2c",
             make_agent=a2c.make_agent,
+            make_algorithm=a2c.A2C,
+            make_policy=onpolicy.make_policy,
             config_cls=a2c.A2CConfig,
             action_spaces=("discrete", "box"),
             description="A2C (synchronous advantage actor-critic, n-step/GAE returns)",
@@ -55,6 +58,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "pg",
             make_agent=pg.make_agent,
+            make_algorithm=pg.PG,
+            make_policy=onpolicy.make_policy,
             config_cls=pg.PGConfig,
             action_spaces=("discrete", "box"),
             description="REINFORCE with a learned value baseline (policy gradient)",
@@ -62,6 +67,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "ppo",
             make_agent=ppo.make_agent,
+            make_algorithm=ppo.PPO,
+            make_policy=onpolicy.make_policy,
             config_cls=ppo.PPOConfig,
             action_spaces=("discrete", "box"),
             description="PPO (clipped objective, GAE, vectorized envs)",
@@ -103,6 +110,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "impala",
             make_agent=impala.make_agent,
+            make_algorithm=impala.IMPALA,
+            make_policy=onpolicy.make_policy,
             config_cls=impala.IMPALAConfig,
             action_spaces=("discrete", "box"),
             description="IMPALA (V-trace actor-critic; asynchronous actors with a bounded lag)",

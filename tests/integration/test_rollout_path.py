@@ -103,6 +103,17 @@ def test_serial_runs_and_farm_actors_move_epsilon_between_rollouts_only(tmp_path
         ("dqn", "CartPole-v1", ["algo.learning_starts=0", "algo.exploration_fraction=0.5"]),
         ("sac", "Pendulum-v1", ["algo.learning_starts=40"]),
         ("ddpg", "Pendulum-v1", ["algo.learning_starts=40", "algo.ensemble=3"]),
+        (
+            "ppo",
+            "Pendulum-v1",
+            [
+                "algo.recurrent='lstm'",
+                "algo.rnn_hidden=16",
+                "algo.noise_correlation=0.5",
+                "algo.normalize_obs=true",
+            ],
+        ),
+        ("impala", "CartPole-v1", []),
     ],
 )
 def test_a_farm_actor_acts_without_an_agent_as_one_with_an_agent(
