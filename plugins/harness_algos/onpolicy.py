@@ -336,9 +336,7 @@ class RolloutAgent(Agent):
             obs_dtype=obs_dtype,
             action_dtype=np.int64 if self.discrete else np.float32,
         )
-        if not self.discrete:
-            self.low = np.asarray(info.action.low, np.float32).reshape(info.action.shape)
-            self.high = np.asarray(info.action.high, np.float32).reshape(info.action.shape)
+        self._to_env = env_actions(info)
         self._zeros = np.zeros(info.num_envs, np.float32)
         self._last_next_obs: np.ndarray | None = None
         norm = normalization(config)
@@ -387,7 +385,7 @@ class RolloutAgent(Agent):
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (Gaussian ones clipped to the box)."""
-        return actions if self.discrete else np.clip(actions, self.low, self.high)
+        return self._to_env(actions)
 
     def policy_obs(self, obs: np.ndarray) -> np.ndarray:
         """Observations as the policy takes them (:func:`standardized`; the buffer stores
@@ -526,6 +524,20 @@ def _box(info: EnvInfo) -> tuple[np.ndarray, np.ndarray]:
     return low, np.asarray(info.action.high, np.float32).reshape(shape)
 
 
+def env_actions(info: EnvInfo) -> Callable[[np.ndarray], np.ndarray]:
+    """Sampled actions as the env takes them: discrete ones as they are, Gaussian ones
+    clipped to the box (the agent's ``to_env`` and the policy's, one function)."""
+    if info.action.kind == "discrete":
+        return np.asarray
+    low, high = _box(info)
+
+    def clip(actions: np.ndarray) -> np.ndarray:
+        clipped: np.ndarray = np.clip(actions, low, high)
+        return clipped
+
+    return clip
+
+
 def make_policy(parts: ActingParts) -> RolloutPolicy:
     """The on-policy family's :class:`~harness_algos.rollout_policy.RolloutPolicy` (PPO,
     A2C, PG, IMPALA) on ``parts.algorithm``'s numpy copy, exploring with ``parts.rng``; its
@@ -537,21 +549,12 @@ def make_policy(parts: ActingParts) -> RolloutPolicy:
     norm = normalization(config)
     if norm is not None and norm.normalize_obs and algorithm.obs_norm is None:
         algorithm.obs_norm = RunningMoments(info.observation.shape)
-    if info.action.kind == "discrete":
-        to_env: Callable[[np.ndarray], np.ndarray] = np.asarray
-    else:
-        low, high = _box(info)
-
-        def to_env(actions: np.ndarray) -> np.ndarray:
-            clipped: np.ndarray = np.clip(actions, low, high)
-            return clipped
-
     rho = config.noise_correlation if isinstance(config, CorrelatedExploration) else 0.0
     return RolloutPolicy(
         algorithm,
         parts.rng,
         inputs=lambda obs: standardized(algorithm, norm, obs),
-        to_env=to_env,
+        to_env=env_actions(info),
         width=algorithm.memory.width,
         rho=float(rho),
         act_dim=algorithm.act_dim,
