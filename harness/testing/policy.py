@@ -163,18 +163,25 @@ def check_agentless_policy(
             "the learner (make_policy must read everything from its ActingParts)",
         )
     n = batch_size(batches[0])
-    drawn = []  # (the agentless one from its own generator, as a farm actor's stepper calls it)
-    for made, rng in ((policy, None), (own, _copy(learner.rng))):
-        actions, _, _ = made.act(batches[0], made.initial_state(n), rng, explore=True)
+    # exploring, it is compared with what a farm actor built with an agent acts with: an agent
+    # given the learner's weights, env-step count and generator state, not the learner
+    # itself, whose per-process acting state (ES's half-used antithetic pairs) no actor has
+    twin = spec.make_agent(info, backend, config, seed=0, total_steps=learner.total_steps)
+    twin.set_weights(learner.weights())
+    twin.env_steps, twin.rng = learner.env_steps, _copy(learner.rng)
+    drawn = []  # (each from its own generator, as a farm actor's stepper calls it)
+    for made in (policy, twin.policy()):
+        actions, _, _ = made.act(batches[0], made.initial_state(n), None, explore=True)
         drawn.append(actions)
     mismatch = differs(drawn[0], drawn[1])
     if mismatch is not None:
         _fail(
             who,
             f"the policy make_policy made without an agent, exploring from the learner's "
-            f"generator state at its env-step count ({learner.env_steps}), {mismatch} of the "
-            "agent's policy: its exploration (schedule, generator) must come from its "
-            "ActingParts (parts.env_steps, parts.rng), as the agent's does",
+            f"generator state at its env-step count ({learner.env_steps}), {mismatch} of an "
+            "agent's policy given the same weights, count and generator: its exploration "
+            "(schedule, generator) must come from its ActingParts (parts.env_steps, parts.rng),"
+            " as the agent's does",
         )
 
 

@@ -16,7 +16,15 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline, per_state
+from harness.policy import ActingParts
+from harness_algos.offline import (
+    OfflineAgent,
+    OfflineConfig,
+    OfflinePolicy,
+    check_offline,
+    per_state,
+)
+from harness_algos.offline import make_policy as offline_policy
 from harness_algos.offpolicy import ContinuousActorCritic, check_actor_critic, flat
 
 LATENT_CLIP = 0.5
@@ -223,6 +231,12 @@ class BCQ(ContinuousActorCritic):
             "losses/vae_loss": bk.item(vae_loss),
             "losses/q_values": bk.item(bk.mean(q1)),
         }
+
+
+def make_policy(parts: ActingParts) -> OfflinePolicy:
+    """:func:`harness_algos.offline.make_policy` of BCQ (an agent, or an agentless actor's
+    :class:`~harness.policy.Acting`)."""
+    return offline_policy(parts, "bcq")
 
 
 def make_agent(

@@ -22,7 +22,15 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
-from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline, per_state
+from harness.policy import ActingParts
+from harness_algos.offline import (
+    OfflineAgent,
+    OfflineConfig,
+    OfflinePolicy,
+    check_offline,
+    per_state,
+)
+from harness_algos.offline import make_policy as offline_policy
 from harness_algos.offpolicy import check_actor_critic
 from harness_algos.sac import SAC, check_soft
 
@@ -170,6 +178,19 @@ class CQL(SAC):
     def load_state(self, state: Mapping[str, Any]) -> None:
         super().load_state(state)
         self.rng.bit_generator.state = state["rng"]
+
+
+def make_policy(parts: ActingParts) -> OfflinePolicy:
+    """:func:`harness_algos.offline.make_policy` of CQL (an agent, or an agentless actor's
+    :class:`~harness.policy.Acting`)."""
+    return offline_policy(parts, "cql")
+
+
+def make_algorithm(backend: Backend, info: EnvInfo, config: CQLConfig) -> CQL:
+    """The algorithm alone (``AlgorithmSpec.make_algorithm``): :class:`CQL` as
+    :func:`make_agent` builds it; ``seed`` 0 seeds the penalty's uniform actions, which
+    acting never draws."""
+    return CQL(backend, info, config, seed=0)
 
 
 def make_agent(

@@ -14,8 +14,10 @@ from typing import Any
 
 from harness.api import Backend, EnvInfo, Tensor
 from harness.data import ReplayBatch
+from harness.policy import ActingParts
 from harness_algos.dqn import DQN, check_q
-from harness_algos.offline import OfflineAgent, OfflineConfig, check_offline
+from harness_algos.offline import OfflineAgent, OfflineConfig, OfflinePolicy, check_offline
+from harness_algos.offline import make_policy as offline_policy
 
 
 @dataclass
@@ -105,6 +107,12 @@ class CQLDiscrete(DQN):
     def load_state(self, state: Mapping[str, Any]) -> None:
         super().load_state(state)
         self.steps = int(state["steps"])
+
+
+def make_policy(parts: ActingParts) -> OfflinePolicy:
+    """:func:`harness_algos.offline.make_policy` of discrete CQL (an agent, or an agentless
+    actor's :class:`~harness.policy.Acting`)."""
+    return offline_policy(parts, "cql-discrete")
 
 
 def make_agent(

@@ -15,9 +15,10 @@ Acting (:class:`ESPolicy`). Each env slot evaluates one perturbation for a whole
 state row (kept by whoever steps the envs) holds ``es_index``, ``es_sign``, ``es_generation``
 (the generation of ``theta`` when the episode began) and ``es_step`` (steps into the
 episode). A new episode in a slot (``reset`` after an episode ended, or the first ``act`` of
-a fresh row) takes the next perturbation of the agent's own :class:`Antithetic` stream:
+a fresh row) takes the next perturbation of the process's own :class:`Antithetic` stream
+(``ES.stream``: the learner's, or a farm actor's, whose algorithm is built without an agent):
 antithetic pairs, ``(index, +1)`` and then, in the next slot that needs one, ``(index, -1)``,
-with offsets drawn from the agent's rng (each farm actor has its own). Every exploratory
+with offsets drawn from the acting generator (each farm actor has its own). Every exploratory
 ``act`` returns the rows' state as extras, which come back to the learner with the rollouts.
 Greedy acting (evaluation) uses ``theta`` itself and no state.
 
@@ -36,7 +37,8 @@ rollout of ``n_steps``. Episodes outlive rollouts: the env keeps stepping and th
 perturbation. When ``set_weights`` brings a new generation mid-episode, the actor keeps acting
 with the new ``theta`` plus the slot's old perturbation (the env cannot be reset from here) but
 the episode's ``es_generation`` stays at the generation it began with, so the learner drops it;
-the actor's half-used antithetic pair is forgotten too (``Antithetic.partners`` cleared). New
+the actor's half-used antithetic pair is forgotten too (``ES.set_policy_weights`` clears
+``Antithetic.partners`` when the generation changes, as ``ES.learn`` does). New
 episodes start under the new generation. This costs the unfinished part of the in-flight
 episodes at each update, about ``num_envs`` half-episodes against ``population`` whole ones:
 keep ``population`` a few times ``num_envs``.
@@ -56,7 +58,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness_algos.bound_policy import BoundPolicy
 
 _TABLES: dict[tuple[int, int], np.ndarray] = {}
@@ -193,7 +195,9 @@ class ESBatch(NamedTuple):
 
 
 class ES(Algorithm):
-    """``theta``, its optimiser and generation, the observation statistics and the update."""
+    """``theta``, its optimiser and generation, the observation statistics and the update;
+    and this process's perturbation stream (:attr:`stream`). ``seed`` draws the initial
+    ``theta`` only: a farm actor's (``make_algorithm``, seed 0) acts with the broadcast one."""
 
     def __init__(self, backend: Backend, info: EnvInfo, config: ESConfig, seed: int = 0) -> None:
         super().__init__(backend)
@@ -225,6 +229,11 @@ class ES(Algorithm):
         self.obs_sum = np.zeros(obs_dim)
         self.obs_sumsq = np.zeros(obs_dim)
         self.obs_count = np.zeros(())
+        self.stream = Antithetic(config.noise_size - self.dim + 1)
+        """The perturbations this process hands out (acting: :class:`ESPolicy` draws from
+        it). A pair whose + member ran under an older ``theta`` is never completed: a new
+        generation (:meth:`learn`, or :meth:`set_policy_weights` bringing one) clears its
+        partners."""
 
     def _init_theta(self, rng: np.random.Generator) -> np.ndarray:
         """Normalised-column init (each unit's incoming weights have norm ``std``), zero biases."""
@@ -287,6 +296,7 @@ class ES(Algorithm):
         step = self._step(grad)
         self.theta = (self.theta + step).astype(np.float32)
         self.generation += 1
+        self.stream.partners.clear()
         if c.obs_norm and self.obs_count > 1:
             mean = self.obs_sum / self.obs_count
             var = np.maximum(self.obs_sumsq / self.obs_count - np.square(mean), 0.0)
@@ -356,10 +366,15 @@ class ES(Algorithm):
         }
 
     def set_policy_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Episodes in flight keep their ``es_generation`` (the learner drops them); a pair
+        whose + member ran under the old ``theta`` is not completed (:attr:`stream`)."""
+        generation = self.generation
         self.theta = np.array(weights["theta"], np.float32)
         self.generation = int(weights["generation"])
         self.obs_mean = np.array(weights["obs_mean"], np.float32)
         self.obs_std = np.array(weights["obs_std"], np.float32)
+        if self.generation != generation:
+            self.stream.partners.clear()
 
 
 class Antithetic:
@@ -382,8 +397,9 @@ class Antithetic:
 
 class ESPolicy(BoundPolicy):
     """Exploring, each row (env slot) acts with its episode's perturbation ``theta +- sigma *
-    eps``, drawn from the :class:`Antithetic` stream when the row's episode starts (``reset``,
-    or the first ``act`` of a fresh row) with the stream's generator (the agent's own), and
+    eps``, drawn from the algorithm's :class:`Antithetic` stream when the row's episode starts
+    (``reset``, or the first ``act`` of a fresh row) with ``own_rng()`` (where ``act`` is
+    given no generator: the agent's, or a farm actor's), and
     returns its state row as extras (``es_index``, ``es_sign``, ``es_generation``,
     ``es_step``); greedy, it acts with ``theta``. Always :class:`ES`'s current ``theta``: the
     perturbed parameters are cached per ``theta`` and perturbations."""
@@ -392,15 +408,15 @@ class ESPolicy(BoundPolicy):
         self,
         algorithm: ES,
         info: EnvInfo,
-        stream: Antithetic,
         own_rng: Callable[[], np.random.Generator],
         *,
         load: Callable[[Mapping[str, np.ndarray]], None],
     ) -> None:
         self.algorithm = algorithm
-        self.stream = stream
+        self.stream = algorithm.stream
         self.own_rng = own_rng
-        """The generator when ``act`` is given none: the agent's ``rng``, read at each call."""
+        """The generator when ``act`` is given none (``ActingParts.rng``, read at each
+        call)."""
         super().__init__(load)
         self.discrete = info.action.kind == "discrete"
         if not self.discrete:
@@ -486,8 +502,6 @@ class ESAgent(Agent):
         self.name = "es"
         self.on_policy = True
         self.rollout_len = config.n_steps
-        self.stream = Antithetic(config.noise_size - algorithm.dim + 1)
-        """This agent's perturbations (acting: :class:`ESPolicy` draws from it)."""
         n = info.num_envs
         # learning: per-env sums since the episode's first step, results of this generation
         self.ep_return = np.zeros(n)
@@ -498,18 +512,14 @@ class ESAgent(Agent):
         self.last_metrics: dict[str, float] = {"es/generation": 0.0}
         self.generation_began = 0  # env_steps at the last update
 
-    def policy(self) -> ESPolicy:
-        return ESPolicy(
-            self.algorithm, self.env_info, self.stream, lambda: self.rng, load=self.set_weights
-        )
+    @property
+    def stream(self) -> Antithetic:
+        """This agent's perturbations (its algorithm's :attr:`ES.stream`)."""
+        return self.algorithm.stream
 
-    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Episodes in flight keep their ``es_generation`` (the learner drops them); a pair
-        whose + member ran under the old ``theta`` is not completed."""
-        generation = self.algorithm.generation
-        super().set_weights(weights)
-        if self.algorithm.generation != generation:
-            self.stream.partners.clear()
+    def policy(self) -> ESPolicy:
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -550,8 +560,7 @@ class ESAgent(Agent):
         metrics = self.algorithm.learn(batch)
         self.updates += 1
         unpaired = len(self.results) - len(complete)
-        self.results.clear()
-        self.stream.partners.clear()
+        self.results.clear()  # (and the update cleared the stream's partners)
         self.dropped_total += self.dropped
         metrics.update(
             {
@@ -605,6 +614,14 @@ class ESAgent(Agent):
         self.dropped = int(state.get("dropped", 0))
         self.dropped_total = int(state.get("dropped_total", 0))
         self.generation_began = int(state.get("generation_began", self.env_steps))
+
+
+def make_policy(parts: ActingParts) -> ESPolicy:
+    """The :class:`ESPolicy` on ``parts.algorithm`` (its ``theta`` and perturbation stream),
+    drawing perturbations with ``parts.rng`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`: ``ES(backend, info, config)`` is the algorithm alone,
+    and loading a new generation clears its stream's partners there as in the agent)."""
+    return ESPolicy(parts.algorithm, parts.env_info, lambda: parts.rng, load=parts.set_weights)
 
 
 def make_agent(

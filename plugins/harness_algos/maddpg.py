@@ -36,7 +36,7 @@ import numpy as np
 from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Tensor, Transition, batch_size
 from harness.errors import ConfigError
 from harness.numpy_nets import PolicyProgram
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import BurstAlgorithm, ReplayRatioAgent
 
@@ -355,6 +355,12 @@ def _box(space: SpaceInfo) -> tuple[np.ndarray, np.ndarray]:
     return (high + low) / 2, (high - low) / 2
 
 
+def action_boxes(spaces: list[SpaceInfo]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The centre and half-width of every box agent's actions, by the agent's index (the
+    agent's critic encoding and the policy's, one table)."""
+    return {j: _box(space) for j, space in enumerate(spaces) if space.kind != "discrete"}
+
+
 class MADDPGAgent(ReplayRatioAgent):
     """Replay, exploration, random warm-up and the replay-ratio schedule around
     :class:`MADDPG`. Observations, actions and rewards are agent-keyed dicts."""
@@ -379,9 +385,7 @@ class MADDPGAgent(ReplayRatioAgent):
         self.rollout_len = max(1, config.train_freq // info.num_envs)
         self.agents = info.agents
         self.spaces = algorithm.act_spaces
-        self.boxes = {
-            j: _box(space) for j, space in enumerate(self.spaces) if space.kind != "discrete"
-        }
+        self.boxes = action_boxes(self.spaces)
         a = algorithm
         self.replay = JointReplay(
             config.buffer_size, sum(a.obs_dims), sum(a.act_dims), len(self.agents)
@@ -389,17 +393,8 @@ class MADDPGAgent(ReplayRatioAgent):
 
     # -- acting ------------------------------------------------------------------------------
     def policy(self) -> MADDPGPolicy:
-        """The :class:`MADDPGPolicy` on the algorithm's actors (their current weights),
-        exploring with this agent's generator."""
-        return MADDPGPolicy(
-            self.algorithm,
-            self.rng,
-            self.boxes,
-            learning_starts=self.config.learning_starts,
-            env_steps=lambda: self.env_steps,
-            load=self.set_weights,
-            program=self.policy_program,
-        )
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     # -- experience --------------------------------------------------------------------------
     def _critic_actions(self, actions: Any, n: int) -> np.ndarray:
@@ -468,26 +463,28 @@ class MADDPGPolicy(BoundPolicy):
     centre and half-width of agent ``j``'s). Exploring: uniform random actions while the agent
     has observed fewer than ``learning_starts`` env steps (``env_steps()``, read at each
     step), then a discrete agent's policy sample (argmax of logits plus Gumbel noise) and a box
-    agent's action plus N(0, ``exploration_noise``) clipped into the box, drawn agent by agent
-    from ``rng`` (the agent's own generator: the draws the agent made before it had a
-    policy). ``load`` and ``program`` are the agent's ``set_weights`` and
-    ``policy_program``."""
+    agent's action plus N(0, ``noise``) clipped into the box, drawn agent by agent from
+    ``rng()`` (read at each step: the agent's own generator, or a farm actor's, whatever the
+    caller gave no generator of its own). ``load`` loads the learner's weights into the
+    algorithm; ``program`` describes the greedy policy (None: not exportable). Made by
+    :func:`make_policy`."""
 
     def __init__(
         self,
         algorithm: MADDPG,
-        rng: np.random.Generator,
+        rng: Callable[[], np.random.Generator],
         boxes: Mapping[int, tuple[np.ndarray, np.ndarray]],
         *,
+        noise: float,
         learning_starts: int,
         env_steps: Callable[[], int],
         load: Callable[[Mapping[str, np.ndarray]], None],
-        program: Callable[[], PolicyProgram | None],
+        program: Callable[[], PolicyProgram | None] | None = None,
     ) -> None:
         self.algorithm, self.rng, self.boxes = algorithm, rng, boxes
         self.agents, self.spaces = algorithm.agents, algorithm.act_spaces
         self.learning_starts, self.env_steps = learning_starts, env_steps
-        self.noise = algorithm.config.exploration_noise
+        self.noise = noise
         super().__init__(load, program)
 
     def act(
@@ -500,7 +497,7 @@ class MADDPGPolicy(BoundPolicy):
     ) -> tuple[Any, dict[str, np.ndarray], State]:
         if not explore:
             return self._greedy(obs), {}, state
-        rng = self.rng if rng is None else rng
+        rng = self.rng() if rng is None else rng
         if self.env_steps() < self.learning_starts:
             return self._uniform(batch_size(obs), rng), {}, state
         outs = self.algorithm.outputs(obs)
@@ -540,11 +537,35 @@ class MADDPGPolicy(BoundPolicy):
         return env_action.astype(np.float32)
 
 
+def make_policy(parts: ActingParts) -> MADDPGPolicy:
+    """MADDPG's policy made from ``parts`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`): on ``parts.algorithm``'s actors, the warm-up read from
+    ``parts.env_steps`` at each step, exploring with ``parts.rng`` (read at each step too) and
+    ``parts.config``'s noise, loading through ``parts.set_weights``. MADDPG's actors are not
+    exported (agent-keyed batches): no program."""
+    algorithm: MADDPG = parts.algorithm
+    config: MADDPGConfig = parts.config
+    return MADDPGPolicy(
+        algorithm,
+        lambda: parts.rng,
+        action_boxes(algorithm.act_spaces),
+        noise=config.exploration_noise,
+        learning_starts=config.learning_starts,
+        env_steps=lambda: parts.env_steps,
+        load=parts.set_weights,
+    )
+
+
+def make_algorithm(backend: Backend, info: EnvInfo, config: MADDPGConfig) -> MADDPG:
+    """The networks of every agent (what a farm actor acts with, and the agent's)."""
+    if not info.multi_agent:
+        raise ConfigError(f"maddpg is multi-agent, but {info.env_id!r} is a single-agent env")
+    return MADDPG(backend, info, config)
+
+
 def make_agent(
     info: EnvInfo, backend: Backend, config: MADDPGConfig, *, seed: int = 0, total_steps: int = 1
 ) -> MADDPGAgent:
-    if not info.multi_agent:
-        raise ConfigError(f"maddpg is multi-agent, but {info.env_id!r} is a single-agent env")
     return MADDPGAgent(
-        MADDPG(backend, info, config), info, config, seed=seed, total_steps=total_steps
+        make_algorithm(backend, info, config), info, config, seed=seed, total_steps=total_steps
     )

@@ -26,6 +26,7 @@ raw squared errors (~1000) would dominate the shared gradient-norm clip and star
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,9 @@ import numpy as np
 
 from harness.api import Backend, EnvInfo, Obs, SpaceInfo, Transition, team_reward
 from harness.data import RolloutBatch, RolloutBuffer
-from harness.policy import Policy
+from harness.policy import ActingParts
 from harness_algos.moments import merge_stats
-from harness_algos.onpolicy import ActorCritic
+from harness_algos.onpolicy import ActorCritic, env_actions, normalization, rollout_program
 from harness_algos.ppo import PPO, PPOAgent
 from harness_algos.qmix import Layout
 from harness_algos.rollout_policy import RolloutPolicy
@@ -244,11 +245,6 @@ class MAPPOAgent(PPOAgent):
             )
             self.buffer.norm = algorithm.value_norm
 
-    def _actor_inputs(self, obs: Obs) -> np.ndarray:
-        """``(n * A, actor_dim)``: padded observations with agent ids, env-major."""
-        x = self.layout.with_ids(self.layout.stack(obs))
-        return x.reshape(-1, x.shape[-1])
-
     def _inputs(self, obs: Obs) -> np.ndarray:
         """``(n * A, actor_dim + critic_dim)``: each agent's actor input and critic input."""
         lay = self.layout
@@ -258,22 +254,9 @@ class MAPPOAgent(PPOAgent):
         x = np.concatenate([lay.with_ids(stacked), lay.with_ids(state)], axis=-1)
         return x.reshape(n * a, -1)
 
-    def _to_dict(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        n, a = len(actions) // self.layout.num_agents, self.layout.num_agents
-        per = self.to_env(actions).reshape(n, a, *actions.shape[1:])
-        return {agent: per[:, j].copy() for j, agent in enumerate(self.layout.agents)}
-
-    def policy(self) -> Policy:
-        """PPO's policy over agent-keyed batches: each env's agents as rows of the actor's
-        inputs, the actions back as an agent-keyed dict."""
-        return RolloutPolicy(
-            self.algorithm,
-            self.rng,
-            inputs=self._actor_inputs,
-            to_env=self._to_dict,
-            load=self.set_weights,
-            program=self.policy_program,
-        )
+    def policy(self) -> RolloutPolicy:
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     def observe(self, transition: Transition) -> None:
         t, lay = transition, self.layout
@@ -302,9 +285,53 @@ class MAPPOAgent(PPOAgent):
         self.env_steps += n
 
 
+def actor_inputs(layout: Layout, obs: Obs) -> np.ndarray:
+    """``(n * A, actor_dim)``: padded observations with agent ids, env-major."""
+    x = layout.with_ids(layout.stack(obs))
+    return x.reshape(-1, x.shape[-1])
+
+
+def agent_actions(
+    layout: Layout, to_env: Callable[[np.ndarray], np.ndarray], actions: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The shared actor's actions ``(n * A, ...)``, env-major, as the env takes them
+    (``to_env``: clipped to the box) in an agent-keyed dict."""
+    n, a = len(actions) // layout.num_agents, layout.num_agents
+    per = to_env(actions).reshape(n, a, *actions.shape[1:])
+    return {agent: per[:, j].copy() for j, agent in enumerate(layout.agents)}
+
+
+def make_policy(parts: ActingParts) -> RolloutPolicy:
+    """The on-policy family's :class:`~harness_algos.rollout_policy.RolloutPolicy` over
+    agent-keyed batches, made from ``parts`` (an agent, or a farm actor's
+    :class:`~harness.policy.Acting`): each env's agents are rows of the shared actor's inputs
+    (:func:`actor_inputs`) and the actions go back as an agent-keyed dict
+    (:func:`agent_actions`). What ``onpolicy.make_policy`` does besides (``normalize_obs``,
+    correlated noise, a recurrent state) MAPPO has no keys for: its policy is feed-forward and
+    stateless."""
+    algorithm: MAPPO = parts.algorithm
+    layout, info = algorithm.layout, parts.env_info
+    to_env = env_actions(dataclasses.replace(info, action=layout.action))
+    norm = normalization(parts.config)
+    return RolloutPolicy(
+        algorithm,
+        parts.rng,
+        inputs=lambda obs: actor_inputs(layout, obs),
+        to_env=lambda actions: agent_actions(layout, to_env, actions),
+        load=parts.set_weights,
+        program=lambda: rollout_program(algorithm, info, norm),
+    )
+
+
+def make_algorithm(backend: Backend, info: EnvInfo, config: MAPPOConfig) -> MAPPO:
+    """The shared actor and the centralised critic for the agents of ``info`` (what a farm
+    actor acts with, and the agent's)."""
+    layout = Layout(info, "MAPPO", ("discrete", "box"))
+    return MAPPO(backend, layout, dataclasses.replace(info, action=layout.action), config)
+
+
 def make_agent(
     info: EnvInfo, backend: Backend, config: MAPPOConfig, *, seed: int = 0, total_steps: int = 1
 ) -> MAPPOAgent:
-    layout = Layout(info, "MAPPO", ("discrete", "box"))
-    algorithm = MAPPO(backend, layout, dataclasses.replace(info, action=layout.action), config)
+    algorithm = make_algorithm(backend, info, config)
     return MAPPOAgent(algorithm, info, config, seed=seed, total_steps=total_steps)

@@ -12,6 +12,8 @@ they learn from, and an agent that learns from it without stepping an env.
 * Box actions are stored in [-1, 1] (:class:`harness_algos.offpolicy.BoxScale`), as the online
   actor-critics store them.
 * The agent acts through :class:`OfflinePolicy`: the greedy policy, also while "exploring".
+  :func:`make_policy` makes it from the algorithm and the env alone (what an agentless actor
+  holds: ``AlgorithmSpec.make_algorithm`` / ``make_policy``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from harness.api import Agent, Algorithm, Backend, EnvInfo, Tensor, Transition
 from harness.data import ReplayBatch, ReplayMemory
 from harness.errors import ConfigError
 from harness.numpy_nets import PolicyProgram
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness_algos.bound_policy import BoundPolicy
 from harness_algos.offpolicy import BoxScale
 
@@ -72,8 +74,9 @@ class OfflinePolicy(BoundPolicy):
     ``act`` (box actions mapped from [-1, 1] onto the env's box by ``to_env``; None: discrete
     indices as they are), exploring or not: an offline agent never explores (``harness collect
     --noise`` adds noise of its own), so it draws nothing, returns no extras and keeps no
-    per-env state. ``load`` and ``program`` are the agent's ``set_weights`` and
-    ``policy_program``."""
+    per-env state. ``load`` loads weights into the algorithm (``ActingParts.set_weights``);
+    ``program`` (None: not exportable, the offline algorithms' case) gives the greedy policy
+    as data."""
 
     def __init__(
         self,
@@ -81,7 +84,7 @@ class OfflinePolicy(BoundPolicy):
         to_env: Callable[[np.ndarray], np.ndarray] | None,
         *,
         load: Callable[[Mapping[str, np.ndarray]], None],
-        program: Callable[[], PolicyProgram | None],
+        program: Callable[[], PolicyProgram | None] | None = None,
     ) -> None:
         self.learner, self.to_env = learner, to_env
         super().__init__(load, program)
@@ -163,13 +166,8 @@ class OfflineAgent(Agent):
 
     # -- acting ----------------------------------------------------------------------------------
     def policy(self) -> OfflinePolicy:
-        """The :class:`OfflinePolicy` on the algorithm (its current weights)."""
-        return OfflinePolicy(
-            self.learner,
-            None if self.scale is None else self.scale.to_env,
-            load=self.set_weights,
-            program=self.policy_program,
-        )
+        """:func:`make_policy` of this agent."""
+        return make_policy(self, self.name)
 
     # -- learning --------------------------------------------------------------------------------
     def learn(self) -> dict[str, float]:
@@ -197,3 +195,14 @@ class OfflineAgent(Agent):
         self._replay_rng = state.get("replay_rng")
         if self.replay is not None and self._replay_rng is not None:
             self.replay.rng.bit_generator.state = self._replay_rng
+
+
+def make_policy(parts: ActingParts, name: str) -> OfflinePolicy:
+    """The :class:`OfflinePolicy` of offline algorithm ``name`` on ``parts.algorithm`` (its
+    current weights): box actions mapped onto ``parts.env_info``'s box (:class:`BoxScale`, as
+    the agent stores the dataset's), discrete ones as they are; loading is
+    ``parts.set_weights``. Greedy always: nothing is read from ``parts.rng`` or the step
+    counts. Not exportable (``program`` None), as the offline agents never were."""
+    info = parts.env_info
+    to_env = BoxScale(info, name).to_env if info.action.kind == "box" else None
+    return OfflinePolicy(parts.algorithm, to_env, load=parts.set_weights)

@@ -20,6 +20,7 @@ from harness_algos import (
     pg,
     ppo,
     qmix,
+    qmix_policy,
     r2d2,
     random_policy,
     sac,
@@ -51,6 +52,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "r2d2",
             make_agent=r2d2.make_agent,
+            make_algorithm=r2d2.R2D2,
+            make_policy=r2d2.make_policy,
             config_cls=r2d2.R2D2Config,
             action_spaces=("discrete",),
             description="R2D2 (recurrent DQN: stored states, burn-in, prioritized sequence replay)",
@@ -103,6 +106,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "es",
             make_agent=es.make_agent,
+            make_algorithm=es.ES,
+            make_policy=es.make_policy,
             config_cls=es.ESConfig,
             action_spaces=("discrete", "box"),
             description="OpenAI evolution strategies (shared noise table, antithetic, farm)",
@@ -119,6 +124,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "bcq",
             make_agent=bcq.make_agent,
+            make_algorithm=bcq.BCQ,
+            make_policy=bcq.make_policy,
             config_cls=bcq.BCQConfig,
             action_spaces=("box",),
             description="BCQ, offline from a Minari dataset (VAE + perturbation actor + twin "
@@ -127,6 +134,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "cql",
             make_agent=cql.make_agent,
+            make_algorithm=cql.make_algorithm,
+            make_policy=cql.make_policy,
             config_cls=cql.CQLConfig,
             action_spaces=("box",),
             description="CQL(H) on SAC, offline from a Minari dataset (fixed or tuned alpha)",
@@ -134,6 +143,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "cql-discrete",
             make_agent=cql_discrete.make_agent,
+            make_algorithm=cql_discrete.CQLDiscrete,
+            make_policy=cql_discrete.make_policy,
             config_cls=cql_discrete.CQLDiscreteConfig,
             action_spaces=("discrete",),
             description="discrete CQL(H) on double DQN, offline from a Minari dataset",
@@ -151,6 +162,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "maddpg",
             make_agent=maddpg.make_agent,
+            make_algorithm=maddpg.make_algorithm,
+            make_policy=maddpg.make_policy,
             config_cls=maddpg.MADDPGConfig,
             action_spaces=("discrete", "box"),
             agents="multi",
@@ -160,6 +173,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "qmix",
             make_agent=qmix.make_agent,
+            make_algorithm=qmix.make_algorithm,
+            make_policy=qmix_policy.make_policy,
             config_cls=qmix.QMIXConfig,
             action_spaces=("discrete",),
             agents="multi",
@@ -168,6 +183,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "mappo",
             make_agent=mappo.make_agent,
+            make_algorithm=mappo.make_algorithm,
+            make_policy=mappo.make_policy,
             config_cls=mappo.MAPPOConfig,
             action_spaces=("discrete", "box"),
             agents="multi",

@@ -36,7 +36,9 @@ Multi-Agent Reinforcement Learning") for cooperative multi-agent envs with discr
   double Q (the online network picks the next actions, the target
   network scores them), a target network copied every ``target_update_interval`` updates
   (hard) or Polyak-averaged with ``tau`` < 1 after every update.
-* **Acting** (:class:`~harness_algos.qmix_policy.QMIXPolicy`): epsilon-greedy with epsilon
+* **Acting** (:class:`~harness_algos.qmix_policy.QMIXPolicy`, made by its ``make_policy``
+  from an agent or, in a farm actor, from :func:`make_algorithm`'s networks alone, no agent):
+  epsilon-greedy with epsilon
   annealed linearly over ``epsilon_anneal_steps`` env steps, on numpy copies of the agent
   network (``backend.inference``); a recurrent agent's hidden state and the last actions
   are state rows per env, kept by whoever steps the envs and reset where an episode ends.
@@ -54,20 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.api import (
-    Agent,
-    Algorithm,
-    Backend,
-    EnvInfo,
-    Obs,
-    Transition,
-    schedule_value,
-    team_reward,
-)
+from harness.api import Agent, Algorithm, Backend, EnvInfo, Obs, Transition, team_reward
 from harness.errors import CheckpointError, IncompatibleError
 from harness_algos.episode_replay import EpisodeReplay
 from harness_algos.moments import merge_stats
-from harness_algos.qmix_policy import QMIXPolicy, agent_inputs
+from harness_algos.qmix_policy import QMIXPolicy, agent_inputs, epsilon_at, make_policy
 
 
 @dataclass
@@ -466,15 +459,12 @@ class QMIXAgent(Agent):
     # --- acting -----------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
-        c = self.config
-        return schedule_value(
-            c.epsilon_start, c.epsilon_end, self.env_steps, c.epsilon_anneal_steps
-        )
+        """The acting schedule (:func:`~harness_algos.qmix_policy.epsilon_at`)."""
+        return epsilon_at(self)
 
     def policy(self) -> QMIXPolicy:
-        return QMIXPolicy(
-            self.algorithm, lambda: self.epsilon, lambda: self.rng, load=self.set_weights
-        )
+        """:func:`~harness_algos.qmix_policy.make_policy` of this agent."""
+        return make_policy(self)
 
     # --- experience -------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -616,10 +606,14 @@ def _memory_kind(weights: Mapping[str, Any]) -> str:
     return _FEED_FORWARD
 
 
+def make_algorithm(backend: Backend, info: EnvInfo, config: QMIXConfig) -> QMIX:
+    """QMIX's networks for ``info``'s agents (what a farm actor acts with, no agent)."""
+    return QMIX(backend, Layout(info, "QMIX", ("discrete",)), config)
+
+
 def make_agent(
     info: EnvInfo, backend: Backend, config: QMIXConfig, *, seed: int = 0, total_steps: int = 1
 ) -> QMIXAgent:
-    layout = Layout(info, "QMIX", ("discrete",))
     return QMIXAgent(
-        QMIX(backend, layout, config), info, config, seed=seed, total_steps=total_steps
+        make_algorithm(backend, info, config), info, config, seed=seed, total_steps=total_steps
     )

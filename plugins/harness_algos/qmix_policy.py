@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.api import Obs
-from harness.policy import State
+from harness.api import Obs, schedule_value
+from harness.policy import ActingParts, State
 from harness_algos.dqn import EpsilonPolicy
 
 if TYPE_CHECKING:
@@ -103,3 +103,20 @@ class QMIXPolicy(EpsilonPolicy):
             new_state["last"] = actions
         env_actions = {agent: actions[:, j].copy() for j, agent in enumerate(self.agents)}
         return env_actions, extras, new_state
+
+
+def epsilon_at(parts: ActingParts) -> float:
+    """The exploration rate after ``parts.env_steps`` env steps: linear from ``epsilon_start``
+    to ``epsilon_end`` over ``epsilon_anneal_steps`` (PyMARL's schedule, in env steps rather
+    than DQN's fraction of the run, :func:`harness_algos.dqn.epsilon_at`)."""
+    c = parts.config
+    return schedule_value(c.epsilon_start, c.epsilon_end, parts.env_steps, c.epsilon_anneal_steps)
+
+
+def make_policy(parts: ActingParts) -> QMIXPolicy:
+    """Epsilon-greedy per agent on ``parts.algorithm``'s numpy copies, epsilon read from
+    ``parts``' step count at each act (:func:`epsilon_at`), exploring with ``parts.rng`` (an
+    agent, or a farm actor's :class:`~harness.policy.Acting`)."""
+    return QMIXPolicy(
+        parts.algorithm, lambda: epsilon_at(parts), lambda: parts.rng, load=parts.set_weights
+    )

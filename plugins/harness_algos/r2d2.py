@@ -4,7 +4,8 @@ Learning"): recurrent DQN on replayed sequences, for discrete actions.
 * **Network**: the flattened observation -> an optional MLP trunk (``hidden``) -> one LSTM
   or GRU layer (``backend.recurrent``, ``recurrent`` / ``rnn_hidden``) -> an MLP Q head
   (``head_hidden``), or a dueling pair (value + advantage - mean advantage).
-* **Acting** (:class:`R2D2Policy`): epsilon-greedy on a numpy copy of the network, stepped
+* **Acting** (:class:`R2D2Policy`, made by :func:`make_policy` from an agent or, in a farm
+  actor, from the algorithm alone): epsilon-greedy on a numpy copy of the network, stepped
   once per env step from the env's state row (``rnn``, kept by whoever steps the envs and
   zeroed when the env's episode ends). Exploring, it returns the state each step *started
   from* as the extra ``rnn_state``, so the learner stores the exact state a sequence was
@@ -48,11 +49,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition, schedule_value
+from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
 from harness.errors import ConfigError, IncompatibleError
-from harness.policy import State
+from harness.policy import ActingParts, State
 from harness.sequences import RECURRENT_KINDS, state_dim
-from harness_algos.dqn import EpsilonPolicy, check_q, explore_rows
+from harness_algos.dqn import EpsilonPolicy, check_q, epsilon_at, explore_rows
 from harness_algos.offpolicy import check_replay
 from harness_algos.sequence_replay import (
     SequenceAssembler,
@@ -367,16 +368,12 @@ class R2D2Agent(Agent):
     # --- acting -----------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
-        c = self.config
-        progress = self.env_steps / self.total_steps
-        return schedule_value(
-            c.exploration_initial_eps, c.exploration_final_eps, progress, c.exploration_fraction
-        )
+        """DQN's schedule (:func:`~harness_algos.dqn.epsilon_at`: the same keys)."""
+        return epsilon_at(self)
 
     def policy(self) -> R2D2Policy:
-        return R2D2Policy(
-            self.algorithm, lambda: self.epsilon, lambda: self.rng, load=self.set_weights
-        )
+        """:func:`make_policy` of this agent."""
+        return make_policy(self)
 
     # --- experience -------------------------------------------------------------------------
     def observe(self, transition: Transition) -> None:
@@ -474,6 +471,15 @@ class R2D2Policy(EpsilonPolicy):
         rng = self.generator(rng)
         actions = explore_rows(actions, self.algorithm.n_actions, self.epsilon(), rng)
         return actions, {"rnn_state": before}, new_state
+
+
+def make_policy(parts: ActingParts) -> R2D2Policy:
+    """Epsilon-greedy on ``parts.algorithm``'s numpy copies, epsilon read from ``parts``'
+    step count at each act (DQN's schedule, :func:`~harness_algos.dqn.epsilon_at`), exploring
+    with ``parts.rng`` (an agent, or a farm actor's :class:`~harness.policy.Acting`)."""
+    return R2D2Policy(
+        parts.algorithm, lambda: epsilon_at(parts), lambda: parts.rng, load=parts.set_weights
+    )
 
 
 def make_agent(

@@ -178,6 +178,9 @@ def test_first_party_algorithm_acts_through_a_policy_of_its_own(
         assert own_policy(agent) is not None, f"{name} acts through the adapter"
     kept = [hook for hook in ACTING_HOOKS if getattr(type(agent), hook) is not getattr(Agent, hook)]
     assert not kept, f"{type(agent).__name__} still overrides Agent.{', '.join(kept)}"
+    # and a process that only acts (a farm actor, the policy server) makes it without an
+    # agent: test_first_party_algorithm_conforms checks that it acts as the agent's
+    assert spec.acts_without_agent, f"{name} declares no make_algorithm / make_policy"
 
 
 @pytest.mark.parametrize("name", ["cql", "cql-discrete"])

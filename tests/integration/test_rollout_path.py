@@ -4,7 +4,9 @@ moves between rollouts in both, never inside one."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,23 @@ SETTINGS = [
     "trackers=['csv']",
     "progress=false",
 ]
+
+
+SPREAD = "mpe2/simple_spread_v3"
+"""A multi-agent env (agent-keyed observations, actions and rewards)."""
+NEEDS_MPE2 = pytest.mark.skipif(
+    importlib.util.find_spec("mpe2") is None, reason="multi-agent cases step mpe2's envs"
+)
+
+
+def _assert_same(a: Any, b: Any, name: str) -> None:
+    """Equal arrays, or equal agent-keyed dicts of arrays (a multi-agent env's)."""
+    if isinstance(a, Mapping):
+        assert a.keys() == b.keys(), name
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name}[{key}]")
+    else:
+        np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def _spy(policy: Policy, agent: Any, seen: list[tuple[int, float]]) -> None:
@@ -114,6 +133,37 @@ def test_serial_runs_and_farm_actors_move_epsilon_between_rollouts_only(tmp_path
             ],
         ),
         ("impala", "CartPole-v1", []),
+        ("es", "CartPole-v1", ["algo.noise_size=100000", "algo.hidden=[8]"]),
+        (
+            "r2d2",
+            "CartPole-v1",
+            ["algo.rnn_hidden=16", "algo.exploration_initial_eps=0.5", "algo.learning_starts=0"],
+        ),
+        pytest.param(
+            "qmix",
+            SPREAD,
+            [
+                "algo.recurrent=true",
+                "algo.last_action=true",
+                "algo.epsilon_start=0.5",
+                "algo.epsilon_anneal_steps=200",
+            ],
+            marks=NEEDS_MPE2,
+            id="qmix-gru",
+        ),
+        pytest.param(
+            "maddpg", SPREAD, ["algo.learning_starts=40"], marks=NEEDS_MPE2, id="maddpg-discrete"
+        ),
+        pytest.param(
+            "maddpg",
+            SPREAD,
+            ["algo.learning_starts=40", "env.continuous_actions=true"],
+            marks=NEEDS_MPE2,
+            id="maddpg-box",
+        ),
+        pytest.param(
+            "mappo", SPREAD, ["env.continuous_actions=true"], marks=NEEDS_MPE2, id="mappo-box"
+        ),
     ],
 )
 def test_a_farm_actor_acts_without_an_agent_as_one_with_an_agent(
@@ -144,6 +194,6 @@ def test_a_farm_actor_acts_without_an_agent_as_one_with_an_agent(
     assert with_agent.agent is not None
     for a, b in zip(rollouts(agentless), rollouts(with_agent), strict=True):
         for name in ("obs", "actions", "rewards", "terminated", "truncated"):
-            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+            _assert_same(a[name], b[name], name)
         assert a["extras"].keys() == b["extras"].keys()
         assert a["episodes"] == b["episodes"] and a["version"] == b["version"]

@@ -8,6 +8,7 @@ policy explores greedily and draws nothing."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -164,3 +165,32 @@ def test_offline_policies_explore_greedily_and_draw_nothing(name: str, torch_bac
     np.testing.assert_array_equal(explored, greedy)
     np.testing.assert_allclose(greedy, agent.scale.to_env(agent.algorithm.act(obs)), rtol=0)
     assert agent.rng.bit_generator.state == drawn
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_maddpg_policy_without_an_agent_reads_its_parts_at_each_act(
+    kind: str, torch_backend: Any
+) -> None:
+    """A farm actor's MADDPG policy (``make_policy`` of an ``Acting``, no agent) reads the
+    warm-up's env-step count and the generator from its parts at each act, not when it was
+    made: the actor moves ``env_steps`` with each broadcast and rollout."""
+    from harness.policy import Acting
+    from harness_algos import maddpg
+
+    info, config = multi(kind), maddpg.MADDPGConfig(hidden=[8], learning_starts=4)
+    acting = Acting(
+        maddpg.make_algorithm(torch_backend, info, config), info, config, np.random.default_rng(1)
+    )
+    policy = maddpg.make_policy(acting)
+    obs, state = observations(acting, ENVS, 2), policy.initial_state(ENVS)
+    acted = []
+    for env_steps, seed in ((0, 3), (4, 3), (4, 8)):  # warm-up, explore, another generator
+        acting.env_steps, acting.rng = env_steps, np.random.default_rng(seed)
+        expected, _, _ = policy.act(obs, state, np.random.default_rng(seed), explore=True)
+        actions, _, state = policy.act(obs, state, explore=True)
+        assert_same(actions, expected)
+        assert acting.rng.bit_generator.state != np.random.default_rng(seed).bit_generator.state
+        acted.append(actions)
+    for before, after in itertools.pairwise(acted):  # (each change of the parts is followed)
+        with pytest.raises(AssertionError):
+            assert_same(before, after)

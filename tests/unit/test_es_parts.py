@@ -1,7 +1,8 @@
 """Evolution strategies (plugins/harness_algos/es.py): the shared noise table is the same in
 every process, rank shaping is centred, the antithetic estimate follows the true gradient of a
 quadratic, perturbations come in antithetic pairs, only whole current-generation episodes
-count, and the pending generation survives save/restore."""
+count, the pending generation survives save/restore, and a farm actor's policy made without an
+agent draws the perturbations an actor's agent draws, across a new generation."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from harness.api import EnvInfo, SpaceInfo, Transition
+from harness.policy import Acting
 from harness_algos import es
 
 SIZE = (1 << 20) + 3  # odd: the Box-Muller tail is covered too
@@ -276,3 +278,38 @@ def fresh_episodes(agent: es.ESAgent, obs: np.ndarray) -> tuple[Any, dict[str, n
     policy = agent.policy()
     actions, extras, _ = policy.act(obs, policy.initial_state(len(obs)), explore=True)
     return actions, extras
+
+
+def test_a_policy_without_an_agent_draws_as_an_actors_agent_across_generations() -> None:
+    """A farm actor without an agent (``es.make_policy`` over an ``Acting`` of ``ES`` alone,
+    as ``AlgorithmSpec.make_algorithm`` builds it) hands out the perturbations an actor's
+    agent hands out from the same generator, and a broadcast of a new generation forgets the
+    half-used antithetic pair in both: the next episode starts a new pair, not the old + 's
+    partner (whose + member ran under the old theta)."""
+    learner, agent = make(num_envs=3, seed=1), make(num_envs=3, seed=5)
+    info, config = agent.env_info, agent.config
+    backend: Any = PickleBackend()  # (all of a backend ES touches)
+    acting = Acting(es.ES(backend, info, config), info, config, np.random.default_rng(7))
+    agent.rng = np.random.default_rng(7)
+    policies = [es.make_policy(acting), agent.policy()]
+    for policy in policies:
+        policy.load(learner.weights(), 0)
+    obs = np.zeros((3, 4), np.float32)
+    drawn = [policy.act(obs, policy.initial_state(3), explore=True) for policy in policies]
+    for key, value in drawn[1][1].items():
+        assert np.array_equal(drawn[0][1][key], value), key
+    assert list(drawn[0][1]["es_sign"]) == [1, -1, 1]  # the third row's pair is half-used
+    assert acting.algorithm.stream.partners == agent.stream.partners != []
+    newer = {**learner.weights(), "generation": np.array(1, np.int64)}
+    ended = np.array([True, False, False])
+    states = []
+    for policy, (_, _, state) in zip(policies, drawn, strict=True):
+        policy.load(newer, 1)
+        states.append(policy.reset(state, ended, explore=True))
+    assert (
+        acting.algorithm.stream.partners == agent.stream.partners == [int(states[0]["es_index"][0])]
+    )
+    for key, value in states[1].items():
+        assert np.array_equal(states[0][key], value), key
+    assert states[0]["es_sign"][0] == 1 and states[0]["es_generation"][0] == 1
+    assert states[0]["es_index"][0] != drawn[0][1]["es_index"][2]
