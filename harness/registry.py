@@ -57,13 +57,14 @@ class AlgorithmSpec:
     make_algorithm: Callable[..., Any] | None = None
     """``make_algorithm(backend, env_info, config) -> Algorithm`` (the order of an
     :class:`harness.api.Algorithm`'s own constructor, so the class itself often fits): the
-    algorithm alone, its networks, for :attr:`make_policy`. Optional, with it."""
+    algorithm alone, its networks, for :attr:`make_policy`. Declared with it."""
     make_policy: Callable[..., Any] | None = None
     """``make_policy(parts) -> harness.policy.Policy``: the algorithm's policy made from
     :class:`harness.policy.ActingParts` (an agent, or an :class:`harness.policy.Acting`
-    around :attr:`make_algorithm`'s algorithm). With both, a farm actor builds only these:
-    no agent, replay or optimiser state; without them (the default) it builds an agent and
-    acts through ``Agent.policy()``."""
+    around :attr:`make_algorithm`'s algorithm). With both, a farm actor and a central policy
+    server build only these: no agent, replay or optimiser state. Without them (the default
+    of specs written before them: deprecated, one release, a farm warns at start-up) they
+    build an agent and act through ``Agent.policy()``."""
 
     @property
     def acts_without_agent(self) -> bool:

@@ -5,12 +5,14 @@ collector, the farm's actors and its policy server (``harness.runtime.inference`
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from harness.api import Agent
 from harness.config import Config
 from harness.errors import ConfigError
 from harness.policy import own_policy
+from harness.registry import AlgorithmSpec
 
 AUTO_MIN_ACTORS = 128
 """``run.inference = "auto"`` serves a farm centrally from this many actors on (measured:
@@ -104,6 +106,28 @@ def plan_acting(config: Config, agent: Agent) -> ActingPlan:
         by_rows=keeps_rows(agent),
         wait_s=run.inference_wait_ms / 1000,
         relay=bool(run.cluster),
+    )
+
+
+_WARNED: set[str] = set()
+
+
+def warn_agent_actors(spec: AlgorithmSpec) -> None:
+    """A farm of an algorithm that declares no ``make_algorithm`` / ``make_policy``: its actors
+    (and a policy server) build a whole agent to act, deprecated (one release, as the
+    ``Agent.sample``/``predict`` hooks): a ``DeprecationWarning`` naming the replacement, once
+    per algorithm."""
+    if spec.acts_without_agent or spec.name in _WARNED:
+        return
+    _WARNED.add(spec.name)
+    warnings.warn(
+        f"Algorithm {spec.name!r} (plugin {spec.plugin or '?'}) declares no "
+        "AlgorithmSpec.make_algorithm / make_policy, so each farm actor builds a whole agent "
+        "(replay, optimiser) only to act; that fallback is deprecated and goes in the next "
+        "release. Declare both (docs/plugins.md, 'A policy without an agent'; "
+        "harness.testing.check_algorithm checks them).",
+        DeprecationWarning,
+        stacklevel=2,
     )
 
 

@@ -43,7 +43,7 @@ from harness.rundir import (
     estimate_checkpoint_bytes,
     lock_run_dir,
 )
-from harness.runtime.acting import ActingPlan, plan_acting
+from harness.runtime.acting import ActingPlan, plan_acting, warn_agent_actors
 from harness.runtime.spaces import env_info
 from harness.runtime.state import Run, read_runner_state, restore_runner_state
 from harness.seeds import Seeds
@@ -592,6 +592,8 @@ def _make_agent_and_envs(
                 f"widths) or run.num_envs."
             ) from None
         acting = plan_acting(config, agent)
+        if farm:
+            warn_agent_actors(registry.algorithms.get(config.run.algo))
         if agent.offline:  # learns from a dataset: check it before training
             if farm:
                 raise ConfigError(

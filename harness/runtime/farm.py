@@ -65,7 +65,7 @@ from harness.remote import (
 )
 from harness.runtime.build import make_acting, make_agent, make_envs
 from harness.runtime.collectors import Collector
-from harness.runtime.inference import InferenceLink, PolicyServer
+from harness.runtime.inference import InferenceLink, Made, PolicyServer
 from harness.runtime.moved import old_paths
 from harness.runtime.spaces import env_info
 from harness.runtime.stepper import (
@@ -143,7 +143,7 @@ class RolloutActor:
     (the stepper keeps its state rows, each broadcast is ``load``-ed into it), or, with
     central inference (``link``), a stand-in that asks the learner's policy server. The
     policy is made without an agent where the algorithm declares ``AlgorithmSpec.
-    make_policy`` (every first-party one but ES): the algorithm's networks and the policy,
+    make_policy`` (every first-party one does): the algorithm's networks and the policy,
     no replay, optimiser state or learner counters; otherwise from an agent's ``policy()``.
     ``plugins`` is the learner's plugin selection (its ``-p`` flags and autoload switch):
     the actor loads exactly those plugins, whatever its own process environment says."""
@@ -342,7 +342,7 @@ class FarmCollector(Collector):
         try:
             if plan.central:
                 self.server = PolicyServer(
-                    lambda: self._acting_agent(run),
+                    lambda: self._server_acting(run),
                     [s.num_envs for s in self.slots],
                     by_rows=plan.by_rows,
                     wait_s=plan.wait_s,
@@ -388,17 +388,24 @@ class FarmCollector(Collector):
             )
         return self.client.serve_inference(link)
 
-    def _acting_agent(self, run: Run) -> Agent:
-        """The policy server's acting copy of the agent (on the learner's device or the CPU:
-        :func:`server_config`), sized for every env of the farm; its exploration generator is
-        the farm's own."""
+    def _server_acting(self, run: Run) -> Made:
+        """The policy server's acting policy (on the learner's device or the CPU:
+        :func:`server_config`) for every env of the farm, made from the algorithm alone where
+        it declares ``AlgorithmSpec.make_policy`` (as a per-actor actor's), else an agent's;
+        its exploration generator is the farm's own."""
         config = server_config(self.config)
+        rng = Seeds(config.run.seed).generator("exploration", run.step)
         learner = run.agent.backend
-        state = learner.rng_state()  # make_agent seeds the framework: keep the learner's draws
-        agent = make_agent(config, run.registry, run.info)
-        learner.set_rng_state(state)
-        agent.rng = Seeds(config.run.seed).generator("exploration", run.step)
-        return agent
+        state = learner.rng_state()  # building seeds the framework: keep the learner's draws
+        try:
+            made = make_acting(config, run.registry, run.info, rng)
+            if made is not None:
+                return made
+            agent = make_agent(config, run.registry, run.info)
+            agent.rng = rng
+            return agent
+        finally:
+            learner.set_rng_state(state)
 
     # -- actors --------------------------------------------------------------------------
     def _start(self, slot: _Slot) -> None:

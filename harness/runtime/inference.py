@@ -2,7 +2,8 @@
 
 Per-actor acting (``"actor"``, the default) runs a copy of the policy in every actor, one
 small batch (that actor's envs) at a time. With central inference the actors only step their
-envs; a :class:`PolicyServer` in the learner process holds the one acting copy of the agent,
+envs; a :class:`PolicyServer` in the learner process holds the one acting policy (made from
+the algorithm's weights, no agent, where the algorithm declares ``AlgorithmSpec.make_policy``),
 gathers the observations of every actor that is waiting, runs ONE ``Policy.act`` over them
 and hands each actor its rows of the actions and extras (behaviour log-probs included, so
 V-trace corrects for the policy that really acted). Sample Factory's policy workers and SEED
@@ -42,9 +43,14 @@ writes their requests into their rows exactly as a local actor does):
   they reach per-actor actors): applied before the next batch, so on-policy rollouts
   (requested after the publish) are acted by the newest version throughout, and a chunk's
   ``version`` is the oldest version that answered any of its steps.
-- **Exploration state** lives with the server's agent: its ``rng``, ``env_steps`` (set from
-  the learner's with each version, advanced by each batch: epsilon schedules follow the
-  learner as on per-actor actors).
+- **Exploration state** lives with the server's :class:`~harness.policy.ActingParts` (an
+  :class:`~harness.policy.Acting`, or an agent where the algorithm needs one): its ``rng``
+  and ``env_steps``, the learner's count with the weights acting (set with each published
+  version, fixed between versions): an epsilon or a warm-up moves with the weights, never
+  inside a batch, and a farm whose learner publishes before each rollout (on-policy, or an
+  off-policy one that learns every rollout) reads the schedule a per-actor actor and a serial
+  run read, the count before that rollout (a per-actor actor also counts its own rollouts
+  between broadcasts; the server, serving every actor, leaves that to the learner).
 - **Per-env acting state** (a :class:`~harness.policy.Policy`'s state rows: a recurrent
   hidden state, correlated noise) lives in the server, one array per state key with a row
   per env of the farm (``PolicyServer.state``): a batch acts on its rows only, so each env's
@@ -89,7 +95,7 @@ import numpy as np
 
 from harness.api import Agent
 from harness.errors import HarnessError
-from harness.policy import Policy, State, own_policy
+from harness.policy import ActingParts, Policy, State, own_policy
 
 log = logging.getLogger(__name__)
 
@@ -263,34 +269,54 @@ class CentralActing:
 # the server
 
 
-class PolicyServer:
-    """The acting copy of the agent serving a farm's actors in batches (module docstring).
+Made = Agent | tuple[Policy, ActingParts]
+"""What a policy server's ``make`` gives: a policy and the parts it reads (made without an
+agent: :func:`harness.runtime.build.make_acting`), or an agent (whose ``policy()`` the
+server acts through, or whose ``sample`` / ``sample_rows`` where it has no policy of its
+own: an agent written before :class:`~harness.policy.Policy`)."""
 
-    ``make_agent`` builds a fresh acting agent: the first one, and the replacement after a
-    failure (the newest published weights are loaded into it and every open request is
-    answered, so the actors, attached to the shared arrays, carry on). ``by_rows`` and
-    ``wait_s`` are the run's :class:`ActingPlan`'s (:attr:`ActingPlan.by_rows`,
+
+def serving(made: Made) -> tuple[Policy | None, ActingParts, Agent | None]:
+    """The policy (None: served through the agent's hooks), its parts and the agent (None: no
+    agent) of what a server's ``make`` gave."""
+    if isinstance(made, Agent):
+        return own_policy(made), made, made
+    policy, parts = made
+    return policy, parts, None
+
+
+class PolicyServer:
+    """The acting policy serving a farm's actors in batches (module docstring).
+
+    ``make`` builds a fresh policy and its parts (:data:`Made`): the first one, and the
+    replacement after a failure (the newest published weights are loaded into it and every
+    open request is answered, so the actors, attached to the shared arrays, carry on).
+    ``by_rows`` and ``wait_s`` are the run's :class:`ActingPlan`'s (:attr:`ActingPlan.by_rows`,
     :attr:`ActingPlan.wait_s`): the server serves as planned and decides nothing."""
 
     def __init__(
         self,
-        make_agent: Callable[[], Agent],
+        make: Callable[[], Made],
         sizes: list[int],
         *,
         by_rows: bool,
         wait_s: float = 0.0,
     ) -> None:
-        self._make_agent = make_agent
+        self._make = make
         self.wait_s = wait_s
         """How long a batch waits for more requests once one arrived (``run.inference_wait_ms``)."""
-        self.agent = make_agent()
-        self.policy: Policy | None = own_policy(self.agent)
-        """The agent's policy (None: an agent acting through ``sample``, served through it)."""
-        self.device = str(self.agent.backend.device)
-        """Where the acting agent's framework forward runs (``run.inference_device``)."""
+        self.policy: Policy | None
+        """The policy acting (None: an agent acting through ``sample``, served through it)."""
+        self.parts: ActingParts
+        """What the policy reads: its generator and the learner's env-step count."""
+        self.agent: Agent | None
+        """The acting agent where the algorithm needs one to act (None: the policy alone)."""
+        self.policy, self.parts, self.agent = serving(make())
+        self.device = str(self.parts.algorithm.backend.device)
+        """Where the acting policy's framework forward runs (``run.inference_device``)."""
         self.by_rows = by_rows
-        """The agent keeps per-env acting state by row (``sample_rows``, ``rows_ended``)."""
-        info = self.agent.env_info
+        """The policy keeps per-env acting state by row (or an agent, ``sample_rows``)."""
+        info = self.parts.env_info
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         rows = int(self.offsets[-1])
         self.state: State = {} if self.policy is None else self.policy.initial_state(rows)
@@ -340,18 +366,23 @@ class PolicyServer:
         self._thread.start()
 
     def _probe(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """One ``sample`` on a dummy observation: the shapes and dtypes of the actions and
-        extras. The agent's generator is put back, so the probe draws nothing for real."""
-        state = self.agent.rng.bit_generator.state
+        """One exploring act on a dummy observation: the shapes and dtypes of the actions and
+        extras. The generator is put back, so the probe draws nothing for real."""
+        state = self.parts.rng.bit_generator.state
         try:
             if self.policy is None:
-                actions, extras = self.agent.sample(obs)
+                actions, extras = self._hooks().sample(obs)
             else:
                 one = self.policy.initial_state(1)
                 actions, extras, _ = self.policy.act(obs, one, explore=True)
         finally:
-            self.agent.rng.bit_generator.state = state
+            self.parts.rng.bit_generator.state = state
         return np.asarray(actions), {k: np.asarray(v) for k, v in extras.items()}
+
+    def _hooks(self) -> Agent:
+        """The agent whose acting hooks serve (there is one where :attr:`policy` is None)."""
+        assert self.agent is not None
+        return self.agent
 
     # -- the farm's side -------------------------------------------------------------------
     def publish(self, version: int, weights: Mapping[str, np.ndarray], env_steps: int) -> None:
@@ -419,11 +450,11 @@ class PolicyServer:
                 self._replace()
 
     def _replace(self) -> None:
-        old = self.agent
-        self.agent = self._make_agent()
-        self.agent.rng.bit_generator.state = old.rng.bit_generator.state
-        self.policy = own_policy(self.agent)  # (acts on from self.state: nothing to carry)
-        if self.by_rows and self.policy is None:
+        old, rng = self.agent, self.parts.rng
+        self.policy, self.parts, self.agent = serving(self._make())
+        self.parts.rng.bit_generator.state = rng.bit_generator.state
+        # (a policy acts on from self.state: nothing to carry; an agent's own rows are)
+        if self.by_rows and self.policy is None and old is not None:
             self._carry_rows(old)
         with self._lock:
             if self._pending is None and self._current is not None:
@@ -437,7 +468,7 @@ class PolicyServer:
         log: the actors' episodes go on, acted from zero states the learner does not
         replay from (V-trace and PPO's clip then see a policy that differs from theirs)."""
         try:
-            self.agent.load_data_state(old.data_state())
+            self._hooks().load_data_state(old.data_state())
         except Exception as exc:
             log.warning(
                 "policy server: the failed agent's per-env acting states could not be carried "
@@ -500,11 +531,10 @@ class PolicyServer:
             actions, extras, after = self.policy.act(obs, state, explore=True)
         elif self.by_rows:
             self._rows_ended(ids, asked, rows)
-            actions, extras = self.agent.sample_rows(obs, rows, len(a.ended))
+            actions, extras = self._hooks().sample_rows(obs, rows, len(a.ended))
         else:
-            actions, extras = self.agent.sample(obs)
+            actions, extras = self._hooks().sample(obs)
         self._busy += time.perf_counter() - start
-        self.agent.env_steps += len(obs)
         a.actions[rows] = actions
         for name, value in extras.items():
             a.extras[name][rows] = value
@@ -561,7 +591,7 @@ class PolicyServer:
         if not flags.any():
             return
         index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
-        self.agent.rows_ended(index[flags], len(self.arrays.ended))
+        self._hooks().rows_ended(index[flags], len(self.arrays.ended))
         clear()
 
     def _load_weights(self) -> None:
@@ -573,7 +603,7 @@ class PolicyServer:
         if self.policy is not None:
             self.policy.load(weights, version)
         else:
-            self.agent.set_weights(weights)
-        self.agent.env_steps = env_steps  # exploration schedules follow the learner
+            self._hooks().set_weights(weights)
+        self.parts.env_steps = env_steps  # exploration schedules follow the learner's count
         self.version = version
         self._current = pending

@@ -31,9 +31,11 @@ from harness import hookimpl
 from harness.config import find_pack_file, layer, resolve
 from harness.errors import ConfigError
 from harness.plugins import collect_registry, make_plugin_manager
+from harness.policy import Acting
 from harness.runtime import env_info, make_agent, make_envs
 from harness.runtime.acting import AUTO_MIN_ACTORS, choose_central, plan_acting
 from harness.runtime.inference import CentralActing, PolicyServer, batch_rows
+from harness_algos.dqn import epsilon_at
 
 pytestmark = pytest.mark.distributed
 
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACK = find_pack_file(ROOT / "competitions" / "cartpole")
 IMPALA = ROOT / "competitions" / "cartpole" / "impala.toml"
 ES = ROOT / "competitions" / "cartpole" / "es.toml"
+DQN = ROOT / "competitions" / "cartpole" / "dqn.toml"
 R2D2 = ROOT / "competitions" / "cartpole" / "r2d2.toml"
 MASKED_PPO = ROOT / "competitions" / "cartpole" / "masked_ppo.toml"
 
@@ -104,7 +107,8 @@ def test_central_answers_what_the_agent_samples(algo: str, harness_backend_name:
         # one actor at a time: each batch is that actor's rows, in the reference's order
         assert_acts_as(learner, actors, steps=6, rows=(slice(0, 3), slice(3, 8)))
         assert [a.oldest_version for a in actors] == [7, 7]
-        assert server.agent.env_steps == 1234 + 6 * 8  # schedules follow the learner's count
+        # schedules read the learner's count with the weights acting, never moved by a batch
+        assert server.parts.env_steps == 1234
 
         # both actors at once, in whatever batches the server forms: every row's log-prob is
         # its own observation's under the published weights
@@ -317,6 +321,7 @@ class ServerFault(Periodic):
         if server.policy is not None:  # (what the server acts through: the agent's policy)
             server.policy.act = failing(server.policy.act)
         else:  # (an agent acting through sample, or sample_rows by row)
+            assert server.agent is not None
             server.agent.sample = failing(server.agent.sample)
             server.agent.sample_rows = failing(server.agent.sample_rows)
 
@@ -404,6 +409,69 @@ def test_policies_with_state_rows_are_served_by_row(tmp_path: Path, files: tuple
     farm = [m for m in rec.metrics if "farm/received_steps" in m]
     assert farm and farm[-1]["farm/inference_batch"] > 0
     assert farm[-1]["farm/received_steps"] == rec.final_step == rec.env_steps == result.steps
+
+
+class _ServerSpy:
+    """Records, from the first iteration's end, each version the farm publishes to its
+    policy server (with the learner's env-step count) and the count and epsilon of each batch
+    acted."""
+
+    def __init__(self) -> None:
+        self.published: list[int] = []
+        self.acted: list[tuple[int, float]] = []
+        self.server: Any = None
+
+    @hookimpl
+    def harness_iteration_end(self, run: Any, metrics: Any) -> None:
+        if self.server is not None:
+            return
+        server = self.server = run.collector.server
+        self.published.append(server.parts.env_steps)  # (the version acting now)
+        publish, act = server.publish, server.policy.act
+
+        def publishing(version: int, weights: Any, env_steps: int) -> None:
+            self.published.append(env_steps)
+            publish(version, weights, env_steps)
+
+        def acting(obs: Any, state: Any, rng: Any = None, *, explore: bool) -> Any:
+            self.acted.append((server.parts.env_steps, float(server.policy.epsilon())))
+            return act(obs, state, rng, explore=explore)
+
+        server.publish, server.policy.act = publishing, acting
+
+
+def test_the_server_acts_without_an_agent_and_moves_epsilon_with_the_weights(
+    tmp_path: Path,
+) -> None:
+    """A central farm's policy server acts as a per-actor actor does where the algorithm
+    declares ``make_policy``: the policy made from the algorithm and an ``Acting`` (no agent,
+    no replay); its epsilon reads the learner's count published with the weights acting, so
+    it moves with the versions, never by a batch."""
+    spy = _ServerSpy()
+    settings = [
+        "actors=2",
+        "num_envs=4",
+        "total_steps=2000",
+        "eval_every=0",
+        "checkpoint_every=0",
+        "stop_at_return=0",
+        "inference='central'",
+        "algo.learning_starts=200",
+        "algo.train_freq=64",
+        "algo.gradient_steps=1",
+        "algo.exploration_fraction=0.5",
+    ]
+    run_farm(tmp_path, settings, files=(DQN,), plugins=(spy,))
+    server = spy.server
+    assert server.agent is None and isinstance(server.parts, Acting)
+    assert not hasattr(server.parts, "replay")
+    counts = {count for count, _ in spy.acted}
+    assert counts <= set(spy.published), "a batch moved the count between versions"
+    assert len(counts) >= 3, f"the weights acting moved too rarely to tell: {sorted(counts)}"
+    for count, epsilon in spy.acted:  # one schedule, the learner's count with the weights
+        assert epsilon == pytest.approx(
+            epsilon_at(Acting(None, None, server.parts.config, None, 2000, count))
+        )
 
 
 class _NoRelayClient:

@@ -244,4 +244,7 @@ def test_installed_example_passes_conformance(installed: Path, torch_backend: An
         info = env_info(ENV_ID, envs)
     finally:
         envs.close()
-    check_algorithm(registry.algorithms.get("example_reinforce"), torch_backend, info)
+    spec = registry.algorithms.get("example_reinforce")
+    # (farm actors act without an agent: check_algorithm holds that policy to the agent's)
+    assert spec.acts_without_agent
+    check_algorithm(spec, torch_backend, info)

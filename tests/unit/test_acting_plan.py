@@ -261,3 +261,39 @@ def test_the_cli_refuses_central_acting_of_a_serial_run_with_exit_2(tmp_path: Pa
     assert proc.stderr.startswith("harness: error:") and "Traceback" not in proc.stderr
     assert "run.inference = 'central'" in proc.stderr and "--actors 2" in proc.stderr
     assert not out.exists() or not any(out.iterdir()), "a refused start left a run behind"
+
+
+class _AgentActorsPlugin:
+    """PPO registered without ``make_algorithm`` / ``make_policy`` (as a third-party
+    algorithm written before them): its farm actors would build an agent to act."""
+
+    @hookimpl
+    def harness_register_algorithms(self) -> list[AlgorithmSpec]:
+        ppo = collect_registry(make_plugin_manager()).algorithms.get("ppo")
+        return [AlgorithmSpec("agent_actors", ppo.make_agent, ppo.config_cls, plugin="tests")]
+
+
+@pytest.mark.parametrize(("algo", "warned"), [("agent_actors", True), ("ppo", False)])
+def test_a_farm_of_an_algorithm_without_make_policy_is_warned_once(
+    algo: str, warned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A farm whose actors would build an agent only to act (no ``make_policy``) is told, once
+    per algorithm, with a DeprecationWarning naming the two hooks; one that declares them
+    (every first-party algorithm) is not."""
+    monkeypatch.setattr(acting, "_WARNED", set())
+    pm = make_plugin_manager()
+    pm.register(_AgentActorsPlugin(), name="agent-actors")
+    registry = collect_registry(pm)
+    config = resolve(
+        layer(PACK, [], ["actors=2", "num_envs=4", f"algo='{algo}'"], environ={}), registry
+    )
+    for attempt in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            envs, *_ = build._make_agent_and_envs(config, registry)
+            envs.close()
+        told = [w for w in caught if "make_algorithm / make_policy" in str(w.message)]
+        assert len(told) == (warned and attempt == 0), [str(w.message) for w in caught]
+        if told:
+            assert told[0].category is DeprecationWarning
+            assert "'agent_actors'" in str(told[0].message)

@@ -86,6 +86,8 @@ def harness_register_algorithms() -> list[AlgorithmSpec]:
         AlgorithmSpec(
             "example_reinforce",
             make_agent=reinforce.make_agent,
+            make_algorithm=reinforce.Reinforce,  # a farm actor acts without an agent:
+            make_policy=reinforce.make_policy,  # the algorithm's networks and the policy
             config_cls=reinforce.ReinforceConfig,
             action_spaces=("discrete",),
             description="REINFORCE with a learned value baseline (example plugin)",

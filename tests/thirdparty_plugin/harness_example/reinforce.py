@@ -7,12 +7,15 @@ baseline's regression loss). Monte Carlo returns only: an episode cut by the tim
 treated as finished, and a partly collected episode is not checkpointed (the runner resets its
 envs on resume anyway). Discrete actions only.
 
-Acting is a :class:`harness.policy.Policy` (:class:`ReinforcePolicy`, what
-``Agent.policy()`` returns): it issues no framework operation, sampling from the logits of a
-numpy copy of the policy network (``backend.inference``) with the agent's checkpointed
-generator. That copy does not follow the network, so the algorithm takes a new one whenever
-the weights change: after an update, ``load_state`` (resume, evaluation) and
-``set_policy_weights`` (a farm actor's ``Policy.load``). It keeps no per-env state.
+Acting is a :class:`harness.policy.Policy` (:class:`ReinforcePolicy`) made by
+:func:`make_policy` from :class:`harness.policy.ActingParts`: the agent (``Agent.policy()``
+is ``make_policy(self)``) or, in a farm actor, the algorithm alone (the plugin declares
+``make_algorithm`` and ``make_policy``: no agent in the actor). It issues no framework
+operation, sampling from the logits of a numpy copy of the policy network
+(``backend.inference``) with the parts' generator (the agent's is checkpointed). That copy
+does not follow the network, so the algorithm takes a new one whenever the weights change:
+after an update, ``load_state`` (resume, evaluation) and ``set_policy_weights`` (a farm
+actor's ``Policy.load``). It keeps no per-env state.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from harness.api import Agent, Algorithm, Backend, EnvInfo, Transition
 from harness.errors import IncompatibleError
-from harness.policy import Policy, State
+from harness.policy import ActingParts, Policy, State
 
 
 @dataclass
@@ -126,10 +129,11 @@ class Reinforce(Algorithm):
 
 class ReinforcePolicy(Policy):
     """Samples (exploring) or takes the argmax (greedy) of the algorithm's numpy logits; no
-    per-env state. ``rng`` is the agent's generator, which checkpoints save and restore."""
+    per-env state. Everything comes from ``parts``, read at each call: the algorithm, the
+    generator (an agent's, which checkpoints save and restore) and ``set_weights``."""
 
-    def __init__(self, algorithm: Reinforce, rng: np.random.Generator) -> None:
-        self.algorithm, self.rng = algorithm, rng
+    def __init__(self, parts: ActingParts) -> None:
+        self.parts = parts
 
     def act(
         self,
@@ -139,18 +143,24 @@ class ReinforcePolicy(Policy):
         *,
         explore: bool,
     ) -> tuple[np.ndarray, dict[str, np.ndarray], State]:
-        logits = self.algorithm.logits(obs)
+        logits = self.parts.algorithm.logits(obs)
         if not explore:
             return logits.argmax(axis=1).astype(np.int64), {}, state
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         cdf = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
-        u = (self.rng if rng is None else rng).random((len(cdf), 1))  # inverse-CDF sampling
+        u = (self.parts.rng if rng is None else rng).random((len(cdf), 1))  # inverse-CDF
         actions = np.minimum((u > cdf).sum(axis=1), cdf.shape[1] - 1)
         return actions.astype(np.int64), {}, state
 
     def load(self, weights: Mapping[str, np.ndarray], version: int) -> None:
-        self.algorithm.set_policy_weights(weights)
+        self.parts.set_weights(weights)
         self.version = version
+
+
+def make_policy(parts: ActingParts) -> ReinforcePolicy:
+    """The policy of ``parts`` (an agent, or a farm actor's :class:`harness.policy.Acting`
+    around ``Reinforce`` alone): what ``AlgorithmSpec.make_policy`` declares."""
+    return ReinforcePolicy(parts)
 
 
 class ReinforceAgent(Agent):
@@ -170,7 +180,7 @@ class ReinforceAgent(Agent):
         self.finished: list[list[tuple[np.ndarray, int, float]]] = []
 
     def policy(self) -> ReinforcePolicy:
-        return ReinforcePolicy(self.algorithm, self.rng)
+        return make_policy(self)
 
     def observe(self, transition: Transition) -> None:
         t = transition
