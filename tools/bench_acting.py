@@ -14,7 +14,8 @@ plugins) are not its own and are left out. Configurations:
 
 - ``ppo``: PPO with its MLP policy (the pack's recipe);
 - ``ppo-lstm``: the same with ``algo.recurrent = "lstm"`` (per-env state);
-- ``dqn``: DQN (epsilon-greedy, replay, one update per step).
+- ``dqn``: DQN (epsilon-greedy, replay, one update per step);
+- ``r2d2``, ``es``: recurrent DQN (sequence replay) and evolution strategies, defaults.
 
 ``--trees A,B`` runs each configuration on the working trees A and B (each put first on
 PYTHONPATH with its ``plugins``), alternating A B B A ... for ``--rounds`` rounds, and prints
@@ -48,6 +49,8 @@ CONFIGS = {
     "ppo": ["algo=ppo"],
     "ppo-lstm": ["algo=ppo", "algo.recurrent='lstm'", "algo.rnn_hidden=64"],
     "dqn": ["algo=dqn"],
+    "r2d2": ["algo=r2d2"],
+    "es": ["algo=es"],
 }
 
 
