@@ -387,6 +387,20 @@ def make_acting(
     return policy, acting
 
 
+def make_acting_or_agent(
+    config: Config, registry: Registry, info: EnvInfo, rng: np.random.Generator
+) -> tuple[Policy, Acting] | Agent:
+    """What a process that only acts (a farm actor, the policy server) acts with:
+    :func:`make_acting`'s policy and parts, or, for an algorithm that declares no
+    ``make_policy`` (deprecated), an agent exploring with ``rng``."""
+    made = make_acting(config, registry, info, rng)
+    if made is not None:
+        return made
+    agent = make_agent(config, registry, info)
+    agent.rng = rng
+    return agent
+
+
 def new_run_dir(config: Config) -> Path:
     """A new directory under ``run.out`` named ``run.name`` or ``{env}__{algo}__{seed}__{time}``
     (with a ``-N`` suffix when taken)."""

@@ -63,7 +63,7 @@ from harness.remote import (
     completions,
     qualified_name,
 )
-from harness.runtime.build import make_acting, make_agent, make_envs
+from harness.runtime.build import make_acting_or_agent, make_envs
 from harness.runtime.collectors import Collector
 from harness.runtime.inference import InferenceLink, Made, PolicyServer
 from harness.runtime.moved import old_paths
@@ -173,11 +173,10 @@ class RolloutActor:
         if self.central is None:
             info = env_info(config.run.env, self.envs)
             rng = Seeds(seed).generator("exploration")
-            made = make_acting(config, registry, info, rng)
-            if made is None:
-                self.agent = self.acting = make_agent(config, registry, info)
-                self.agent.rng = rng
-                self.policy = as_policy(self.agent)
+            made = make_acting_or_agent(config, registry, info, rng)
+            if isinstance(made, Agent):
+                self.agent = self.acting = made
+                self.policy = as_policy(made)
             else:
                 self.policy, self.acting = made
         label = f"{env_label(config.run.env, registry)} in farm actor {index}"
@@ -398,12 +397,7 @@ class FarmCollector(Collector):
         learner = run.agent.backend
         state = learner.rng_state()  # building seeds the framework: keep the learner's draws
         try:
-            made = make_acting(config, run.registry, run.info, rng)
-            if made is not None:
-                return made
-            agent = make_agent(config, run.registry, run.info)
-            agent.rng = rng
-            return agent
+            return make_acting_or_agent(config, run.registry, run.info, rng)
         finally:
             learner.set_rng_state(state)
 

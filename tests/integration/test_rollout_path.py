@@ -16,7 +16,7 @@ import pytest
 from harness.config import layer, resolve
 from harness.plugins import collect_registry, make_plugin_manager
 from harness.policy import Acting, Policy
-from harness.runtime import build_run, farm
+from harness.runtime import build, build_run
 from harness.runtime.build import make_agent, make_envs
 from harness.runtime.collectors import SerialCollector
 from harness.runtime.farm import RolloutActor
@@ -189,7 +189,7 @@ def test_a_farm_actor_acts_without_an_agent_as_one_with_an_agent(
     agentless = RolloutActor(config, 1, 3, seed=11)
     assert agentless.agent is None and isinstance(agentless.acting, Acting)
     assert not hasattr(agentless.acting, "replay")
-    monkeypatch.setattr(farm, "make_acting", lambda *args: None)  # the path with an agent
+    monkeypatch.setattr(build, "make_acting", lambda *args: None)  # the path with an agent
     with_agent = RolloutActor(config, 1, 3, seed=11)
     assert with_agent.agent is not None
     for a, b in zip(rollouts(agentless), rollouts(with_agent), strict=True):
